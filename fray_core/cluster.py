@@ -1,0 +1,319 @@
+"""The backend contract (:class:`Cluster`), backend resolution and ``current_cluster()``.
+
+A backend implements five verbs: ``launch``, ``poll``, ``terminate``, ``list_jobs``, ``logs``. ``wait`` and
+``monitor`` are written once here. Backends register by name (a small table plus the ``fray.backends``
+entry-point group) and are imported lazily, so ``import fray_core`` never imports ray.
+
+Example::
+
+    from fray_core import current_cluster, using_cluster
+    from fray_local import LocalCluster
+
+    with using_cluster(LocalCluster(jobs_dir="/tmp/fray-jobs")):
+        cluster = current_cluster()          # the LocalCluster above
+        job_id = cluster.launch(request)
+        info = cluster.wait(job_id, timeout=60)
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import contextvars
+import importlib
+import os
+import queue
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO, overload
+
+from fray_core.errors import JobFailedError, UnknownBackendError, WaitTimeoutError
+from fray_core.types import JobId, JobInfo, JobRequest, JobStatus
+
+if TYPE_CHECKING:
+    from fray_core.context import JobContext
+
+__all__ = [
+    "Cluster",
+    "cluster_from_spec",
+    "current_cluster",
+    "parse_spec",
+    "register_backend",
+    "set_current_cluster",
+    "using_cluster",
+]
+
+
+class Cluster(abc.ABC):
+    """Where jobs run. Backends implement the five abstract verbs; ``wait``/``monitor`` are shared."""
+
+    #: the spec string that recreates this cluster (``local``, ``ray?address=...``)
+    spec: str = ""
+
+    @abc.abstractmethod
+    def launch(self, request: JobRequest) -> JobId:
+        """Validate, persist a record and start the job; returns its id at once."""
+
+    @abc.abstractmethod
+    def poll(self, job_id: JobId | str) -> JobInfo:
+        """The job's current state; raises :class:`~fray_core.errors.JobNotFoundError` for unknown ids."""
+
+    @abc.abstractmethod
+    def terminate(self, job_id: JobId | str) -> None:
+        """Stop every host of the job and release every slice; the job ends STOPPED."""
+
+    @abc.abstractmethod
+    def list_jobs(self) -> list[JobInfo]:
+        """Every job this cluster knows, oldest first."""
+
+    @abc.abstractmethod
+    def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
+        """The job's output lines, each prefixed with its host tag (``[s0/h1]``, ``[r0]``)."""
+
+    def job_context(self) -> JobContext:
+        """The context for small tasks (``fray_job_ctx()``) on this backend."""
+        from fray_core.context import LocalJobContext
+
+        return LocalJobContext.shared()
+
+    def close(self) -> None:
+        """Release client-side resources (threads, connections). Jobs keep running where they can."""
+
+    # ------------------------------------------------------------------------------- shared behaviour
+
+    def _block(self, job_ids: Sequence[str], timeout: float) -> None:
+        """Wait up to ``timeout`` for a change in any of ``job_ids``; backends may wait on an event."""
+        time.sleep(min(timeout, 0.1))
+
+    @overload
+    def wait(self, job_ids: JobId | str, timeout: float | None = ..., raise_on_failure: bool = ...) -> JobInfo: ...
+
+    @overload
+    def wait(
+        self, job_ids: Sequence[JobId | str], timeout: float | None = ..., raise_on_failure: bool = ...
+    ) -> list[JobInfo]: ...
+
+    def wait(
+        self,
+        job_ids: JobId | str | Sequence[JobId | str],
+        timeout: float | None = None,
+        raise_on_failure: bool = False,
+    ) -> JobInfo | list[JobInfo]:
+        """Block until the job(s) end; returns their final :class:`JobInfo` (a list for a list of ids).
+
+        ``timeout`` (seconds) raises :class:`~fray_core.errors.WaitTimeoutError` when reached; the job keeps
+        running. ``raise_on_failure`` raises :class:`~fray_core.errors.JobFailedError` for a job that ended
+        FAILED or STOPPED.
+
+        >>> info = cluster.wait(job_id, timeout=600, raise_on_failure=True)  # doctest: +SKIP
+        """
+        single = isinstance(job_ids, str)
+        ids = [str(job_ids)] if single else [str(j) for j in job_ids]  # type: ignore[union-attr]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        infos: dict[str, JobInfo] = {}
+        while True:
+            for j in ids:
+                if j not in infos:
+                    info = self.poll(j)
+                    if info.status.is_terminal():
+                        infos[j] = info
+            if len(infos) == len(ids):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                running = [j for j in ids if j not in infos]
+                raise WaitTimeoutError(f"wait: job(s) {', '.join(running)} still running after {timeout}s")
+            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            self._block([j for j in ids if j not in infos], step)
+        result = [infos[j] for j in ids]
+        if raise_on_failure:
+            for info in result:
+                if info.status is not JobStatus.SUCCEEDED:
+                    raise JobFailedError(
+                        f"job {info.job_id} ({info.name}) ended {info.status.value}: {info.error or 'no error text'}",
+                        info,
+                    )
+        return result[0] if single else result
+
+    def monitor(
+        self, job_id: JobId | str, out: TextIO | None = None, timeout: float | None = None
+    ) -> JobInfo:
+        """Stream the job's logs and progress (attempt, slices, preemptions/failures) until it ends.
+
+        >>> info = cluster.monitor(job_id)  # doctest: +SKIP
+        """
+        out = out or sys.stdout
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            try:
+                for line in self.logs(job_id, follow=True):
+                    lines.put(line)
+            finally:
+                lines.put(None)
+
+        threading.Thread(target=pump, daemon=True, name=f"fray-monitor-{job_id}").start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = ""
+        pump_done = False
+        while True:
+            info = self.poll(job_id)
+            status_line = describe_progress(info)
+            if status_line != last:
+                print(f"[fray] {status_line}", file=out, flush=True)
+                last = status_line
+            try:
+                item = lines.get(timeout=0.2)
+                while item is not None:
+                    print(item, file=out, flush=True)
+                    item = lines.get_nowait()
+                pump_done = True
+            except queue.Empty:
+                pass
+            if info.status.is_terminal() and pump_done:
+                return self.poll(job_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+
+
+def describe_progress(info: JobInfo) -> str:
+    """One line: status, attempt, slices held, preemptions and failures, what it waits for."""
+    parts = [f"{info.job_id}: {info.status.value}"]
+    att = info.current_attempt
+    if att is not None:
+        parts.append(f"attempt {att.index}")
+        if att.slices and att.outcome is None:
+            parts.append(f"on {', '.join(att.slices)}")
+    parts.append(f"preemptions {info.preemptions}, failures {info.failures}")
+    if info.progress and not info.status.is_terminal():
+        parts.append(info.progress)
+    if info.error and info.status.is_terminal():
+        parts.append(f"error: {info.error}")
+    return " | ".join(parts)
+
+
+# ------------------------------------------------------------------------------------ backend registry
+
+BackendFactory = Callable[[dict[str, str]], Cluster]
+_BACKENDS: dict[str, str | BackendFactory] = {
+    "local": "fray_local.cluster:_from_spec",
+    "ray": "fray_ray.cluster:_from_spec",
+}
+
+
+def register_backend(name: str, factory: str | BackendFactory) -> None:
+    """Register a backend: ``factory(params) -> Cluster`` or a ``"module:function"`` string loaded lazily."""
+    _BACKENDS[name] = factory
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"local?tpu=v4-16:2"`` -> ``("local", {"tpu": "v4-16:2"})``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UnknownBackendError(f"cluster spec: expected e.g. 'local' or 'ray?address=auto', got {spec!r}")
+    scheme, _, query = spec.strip().partition("?")
+    params: dict[str, str] = {}
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if key in params:
+            raise UnknownBackendError(f"cluster spec {spec!r}: option {key!r} given twice")
+        params[key] = value
+    if query and not params:
+        raise UnknownBackendError(f"cluster spec {spec!r}: cannot parse options {query!r} (use key=value&...)")
+    return scheme.lower(), params
+
+
+def _resolve_factory(scheme: str, spec: str) -> BackendFactory:
+    factory = _BACKENDS.get(scheme)
+    if factory is None:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group="fray.backends"):
+            if ep.name == scheme:
+                factory = ep.value
+                break
+    if factory is None:
+        known = sorted(set(_BACKENDS))
+        raise UnknownBackendError(f"cluster spec {spec!r}: unknown backend {scheme!r}; known backends: {', '.join(known)}")
+    if isinstance(factory, str):
+        mod, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(mod), attr)
+        _BACKENDS[scheme] = factory
+    return factory  # type: ignore[return-value]
+
+
+def check_spec_keys(spec_params: dict[str, str], allowed: Sequence[str], backend: str) -> None:
+    """For backend factories: reject unknown options with a message naming them and the allowed ones."""
+    unknown = sorted(set(spec_params) - set(allowed))
+    if unknown:
+        raise UnknownBackendError(
+            f"cluster spec for {backend!r}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(allowed) or 'none'}"
+        )
+
+
+def cluster_from_spec(spec: str) -> Cluster:
+    """Build a cluster from a spec string: ``local``, ``local?tpu=v4-16:2,v5litepod-4:4``, ``ray``,
+    ``ray?address=...&namespace=...``. Unknown backends or options raise ``UnknownBackendError``."""
+    scheme, params = parse_spec(spec)
+    cluster = _resolve_factory(scheme, spec)(params)
+    cluster.spec = spec
+    return cluster
+
+
+# ------------------------------------------------------------------------------------ current cluster
+
+_CURRENT: contextvars.ContextVar[Cluster | None] = contextvars.ContextVar("fray_current_cluster", default=None)
+_GLOBAL: list[Cluster] = []  # set_current_cluster() outside any using_cluster()
+_CACHE: dict[str, Cluster] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _inside_ray() -> bool:
+    ray = sys.modules.get("ray")  # never import ray just to ask
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return False
+
+
+def current_cluster() -> Cluster:
+    """The cluster to use here: ``using_cluster(...)``/``set_current_cluster(...)``, else
+    ``$FRAY_CLUSTER_SPEC``, else Ray when this process is inside Ray, else ``LocalCluster()``.
+
+    The same spec gives the same object; a changed ``FRAY_CLUSTER_SPEC`` is honoured on the next call.
+
+    >>> cluster = current_cluster()  # doctest: +SKIP
+    """
+    c = _CURRENT.get()
+    if c is not None:
+        return c
+    if _GLOBAL:
+        return _GLOBAL[-1]
+    spec = os.environ.get("FRAY_CLUSTER_SPEC", "").strip()
+    if not spec:
+        spec = "ray" if _inside_ray() else "local"
+    with _CACHE_LOCK:
+        cached = _CACHE.get(spec)
+        if cached is None:
+            cached = cluster_from_spec(spec)
+            _CACHE[spec] = cached
+        return cached
+
+
+def set_current_cluster(cluster: Cluster | None) -> None:
+    """Make ``cluster`` the process-wide default (``None`` clears it)."""
+    _GLOBAL.clear()
+    if cluster is not None:
+        _GLOBAL.append(cluster)
+
+
+@contextlib.contextmanager
+def using_cluster(cluster: Cluster | str) -> Iterator[Cluster]:
+    """Use ``cluster`` (an object or a spec string) as ``current_cluster()`` inside the block."""
+    c = cluster_from_spec(cluster) if isinstance(cluster, str) else cluster
+    token = _CURRENT.set(c)
+    try:
+        yield c
+    finally:
+        _CURRENT.reset(token)

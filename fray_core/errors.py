@@ -1,0 +1,45 @@
+"""The error hierarchy: every error Fray raises on purpose is a :class:`FrayError`."""
+
+from __future__ import annotations
+
+
+class FrayError(Exception):
+    """Base class of every error Fray raises on purpose."""
+
+
+class JobNotFoundError(FrayError, KeyError):
+    """An unknown job id was given to ``poll``/``terminate``/``logs``/``wait``.
+
+    It is also a ``KeyError`` so ``except KeyError`` call sites keep working.
+    """
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the plain message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownBackendError(FrayError, ValueError):
+    """A cluster spec names a backend or an option that does not exist."""
+
+
+class Unschedulable(FrayError):
+    """The requested slices could not be acquired.
+
+    ``permanent`` is True when the request can never fit (e.g. more slices than the fleet has at all),
+    in which case the job fails at once instead of retrying.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class JobFailedError(FrayError):
+    """Raised by ``Cluster.wait(..., raise_on_failure=True)`` when a job did not succeed."""
+
+    def __init__(self, message: str, info: object | None = None) -> None:
+        super().__init__(message)
+        self.info = info
+
+
+class WaitTimeoutError(FrayError, TimeoutError):
+    """A blocking wait reached its deadline."""

@@ -1,0 +1,425 @@
+"""Gang scheduling and retries, written once for every backend.
+
+A backend implements the small :class:`SliceProvider` substrate (acquire / start / wait_any / cancel /
+release); :class:`GangRunner` holds all the policy: all-or-nothing slices, per-host environment (including
+``MEGASCALE_*`` recomputed every attempt), cancel-siblings-on-first-failure, classification of an attempt
+(any host preempted -> PREEMPTED, else FAILED), two retry budgets with backoff, release on every path, and
+no retry after ``terminate``.
+
+CPU/GPU jobs use the same runner: their gang is one pseudo-slice of ``replicas`` processes.
+
+Example (with any provider)::
+
+    runner = GangRunner(job_id, request, provider)
+    outcome = runner.run()          # blocks; call runner.stop() from another thread to terminate
+    outcome.status, outcome.results
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import enum
+
+import attrs
+
+from fray_core.errors import Unschedulable
+from fray_core.types import (
+    Attempt,
+    AttemptOutcome,
+    Entrypoint,
+    JobId,
+    JobInfo,
+    JobRequest,
+    JobStatus,
+    ResourceConfig,
+    TpuConfig,
+)
+
+__all__ = [
+    "GangRunner",
+    "HostOutcome",
+    "HostOutcomeKind",
+    "HostRun",
+    "RetryPolicy",
+    "SliceLease",
+    "SliceProvider",
+    "format_exception",
+    "host_envs",
+]
+
+MEGASCALE_DEFAULT_PORT = 8081
+
+
+class HostOutcomeKind(str, enum.Enum):
+    SUCCEEDED = "SUCCEEDED"
+    PREEMPTED = "PREEMPTED"  # the host (or its slice) went away: infrastructure, not the user's fault
+    FAILED = "FAILED"  # the user's code raised or exited non-zero
+    CANCELLED = "CANCELLED"  # stopped by us (a sibling failed, or terminate)
+
+
+@attrs.frozen(eq=False)
+class SliceLease:
+    """A slice held by one attempt: all of its hosts, exclusively, until released.
+
+    ``host_addresses`` are the hosts' IPs as the backend reports them; slice 0 host 0's address is the
+    multislice coordinator. ``handle`` is the provider's own bookkeeping.
+    """
+
+    name: str
+    device_type: str  # TPU pod type ("v4-16"), or "cpu"/"gpu" for a CPU/GPU gang
+    hosts: int
+    host_addresses: tuple[str, ...] = ()
+    handle: Any = None
+
+
+@attrs.frozen(eq=False)
+class HostRun:
+    """One host's process of one attempt."""
+
+    lease: SliceLease
+    slice_index: int
+    host_index: int
+    handle: Any = None
+
+
+@attrs.frozen
+class HostOutcome:
+    """How one host ended. ``error`` is ``"Type: message"`` plus the traceback, for FAILED/PREEMPTED."""
+
+    run: HostRun
+    kind: HostOutcomeKind
+    result: Any = None
+    error: str | None = None
+
+
+@runtime_checkable
+class SliceProvider(Protocol):
+    """The substrate a backend implements for the runner. One provider instance serves one job.
+
+    - ``acquire``: all-or-nothing per slice; returns the largest count in ``counts`` that fits (counts
+      are given largest first). Raises :class:`~fray_core.errors.Unschedulable` at ``deadline`` (a value
+      of ``time.monotonic()``-like clock the runner was given), with ``permanent=True`` when it can never fit.
+    - ``start``: start every host of the slice with its env; never blocks on the user's code.
+    - ``wait_any``: the outcomes of runs that have ended, waiting up to ``timeout`` for at least one;
+      ``[]`` when none ended in time. A run is reported once.
+    - ``cancel``: stop these runs (kill the processes); their outcome becomes CANCELLED unless the host
+      was already lost (PREEMPTED).
+    - ``release``: give the slices back; idempotent, called on every path.
+
+    Optional: ``was_preempted(lease) -> bool`` (e.g. a cloud metadata probe) is asked when an attempt
+    failed without any host reported as preempted.
+    """
+
+    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]: ...
+
+    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]: ...
+
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]: ...
+
+    def cancel(self, runs: list[HostRun]) -> None: ...
+
+    def release(self, leases: list[SliceLease]) -> None: ...
+
+
+@attrs.define
+class RetryPolicy:
+    """Timing of the runner. Budgets come from the JobRequest; these are how long to wait and back off."""
+
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+    backoff_multiplier: float = 2.0
+    schedule_timeout: float = 600.0  # per attempt: how long to wait for the slices before UNSCHEDULABLE
+    poll_interval: float = 0.5  # granularity of terminate checks while waiting
+    cancel_grace: float = 5.0  # how long to collect the outcomes of cancelled siblings
+
+    def backoff(self, consecutive: int) -> float:
+        if consecutive <= 0 or self.backoff_initial <= 0:
+            return 0.0
+        return min(self.backoff_max, self.backoff_initial * self.backoff_multiplier ** (consecutive - 1))
+
+
+def format_exception(exc: BaseException) -> str:
+    """``"Type: message"`` followed by the traceback, the form kept in ``Attempt.cause``."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return f"{type(exc).__name__}: {exc}\n{tb}"
+
+
+def host_envs(
+    job_id: str,
+    attempt: int,
+    leases: Sequence[SliceLease],
+    tpu: TpuConfig | None,
+    user_env: dict[str, str] | None = None,
+    megascale_port: int = MEGASCALE_DEFAULT_PORT,
+) -> list[list[dict[str, str]]]:
+    """The environment of every host of every slice for one attempt: ``envs[slice][host]``.
+
+    Recomputed from the slices actually held, so a retry never sees a stale coordinator.
+    """
+    n_slices = len(leases)
+    total = sum(lease.hosts for lease in leases)
+    coordinator = None
+    if tpu is not None and n_slices > 1:
+        addr = leases[0].host_addresses[0] if leases[0].host_addresses else "127.0.0.1"
+        coordinator = f"{addr}:{megascale_port}"
+    out: list[list[dict[str, str]]] = []
+    rank = 0
+    for s, lease in enumerate(leases):
+        per_slice = []
+        for h in range(lease.hosts):
+            env = dict(user_env or {})
+            env.update(
+                FRAY_JOB_ID=str(job_id),
+                FRAY_ATTEMPT=str(attempt),
+                FRAY_SLICE_ID=str(s),
+                FRAY_HOST_ID=str(h),
+                FRAY_NUM_SLICES=str(n_slices),
+                FRAY_HOSTS_PER_SLICE=str(lease.hosts),
+                FRAY_REPLICA_ID=str(rank),
+                FRAY_NUM_REPLICAS=str(total),
+            )
+            if tpu is not None:
+                env.update(
+                    TPU_WORKER_ID=str(h),
+                    TPU_NAME=lease.name,
+                    TPU_ACCELERATOR_TYPE=tpu.type,
+                    TPU_TOPOLOGY=tpu.resolved_topology,
+                )
+                if coordinator is not None:
+                    env.update(
+                        MEGASCALE_COORDINATOR_ADDRESS=coordinator,
+                        MEGASCALE_NUM_SLICES=str(n_slices),
+                        MEGASCALE_PORT=str(megascale_port),
+                        MEGASCALE_SLICE_ID=str(s),
+                    )
+            per_slice.append(env)
+            rank += 1
+        out.append(per_slice)
+    return out
+
+
+@attrs.define
+class RunOutcome:
+    status: JobStatus
+    results: list[Any] | None
+    error: str | None
+
+
+class GangRunner:
+    """Runs one job to completion over a :class:`SliceProvider`, within the request's retry budgets.
+
+    ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests can drive thousands of attempts
+    on a fake clock. ``on_change(info)`` is called after every state change (to persist the job record).
+    """
+
+    def __init__(
+        self,
+        job_id: JobId | str,
+        request: JobRequest,
+        provider: SliceProvider,
+        *,
+        policy: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] | None = None,
+        on_change: Callable[[JobInfo], None] | None = None,
+        info: JobInfo | None = None,
+    ) -> None:
+        self.job_id = JobId(str(job_id))
+        self.request = request
+        self.provider = provider
+        self.policy = policy or RetryPolicy()
+        self.clock = clock
+        self.wall = wall
+        self._stop = threading.Event()
+        self._sleep = sleep or self._stop.wait
+        self._on_change = on_change
+        self.info = info or JobInfo(job_id=self.job_id, name=request.name, status=JobStatus.PENDING)
+
+    # ------------------------------------------------------------------------------------- control
+
+    def stop(self) -> None:
+        """Terminate: cancel the running attempt and never retry. Safe from any thread."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self.info)
+
+    # ----------------------------------------------------------------------------------------- run
+
+    def run(self) -> RunOutcome:
+        req = self.request
+        res = req.resources
+        tpu = res.device if isinstance(res.device, TpuConfig) else None
+        counts = res.replica_counts if tpu is not None else (1,)
+        consecutive_bad = 0
+        while True:
+            if self.stopped:
+                return self._finish(JobStatus.STOPPED, None, "terminated")
+            attempt = Attempt(index=len(self.info.attempts), started_at=self.wall())
+            self.info.attempts.append(attempt)
+            try:
+                outcome, cause, results = self._run_attempt(attempt, res, tpu, counts)
+            except Unschedulable as e:  # can never fit: fail now, retrying cannot help
+                attempt.outcome, attempt.cause, attempt.ended_at = AttemptOutcome.UNSCHEDULABLE, str(e), self.wall()
+                return self._finish(JobStatus.FAILED, None, f"unschedulable: {e}")
+            attempt.outcome = outcome
+            attempt.cause = cause
+            attempt.ended_at = self.wall()
+            if outcome is AttemptOutcome.SUCCEEDED:
+                self.info.result = results
+                return self._finish(JobStatus.SUCCEEDED, results, None)
+            if outcome is AttemptOutcome.CANCELLED or self.stopped:
+                return self._finish(JobStatus.STOPPED, None, "terminated")
+            if outcome is AttemptOutcome.FAILED:
+                self.info.failures += 1
+                if self.info.failures > req.max_retries_failure:
+                    return self._finish(
+                        JobStatus.FAILED,
+                        None,
+                        f"failed {self.info.failures} time(s), max_retries_failure={req.max_retries_failure}; "
+                        f"last error: {_first_line(cause)}",
+                    )
+            else:  # PREEMPTED or UNSCHEDULABLE (a permanent Unschedulable already returned FAILED)
+                self.info.preemptions += 1
+                if self.info.preemptions > req.max_retries_preemption:
+                    what = "preempted or unschedulable" if outcome is AttemptOutcome.UNSCHEDULABLE else "preempted"
+                    return self._finish(
+                        JobStatus.FAILED,
+                        None,
+                        f"{what} {self.info.preemptions} time(s), max_retries_preemption="
+                        f"{req.max_retries_preemption}; last cause: {_first_line(cause)}",
+                    )
+            consecutive_bad += 1
+            delay = self.policy.backoff(consecutive_bad)
+            self.info.progress = f"attempt {attempt.index} {outcome.value.lower()}; retrying in {delay:.1f}s"
+            self._changed()
+            if delay > 0:
+                self._sleep(delay)
+
+    def _finish(self, status: JobStatus, results: list[Any] | None, error: str | None) -> RunOutcome:
+        self.info.status = status
+        self.info.error = error
+        self.info.finished_at = self.wall()
+        self.info.progress = None
+        self._changed()
+        return RunOutcome(status, results, error)
+
+    def _acquire(self, res: ResourceConfig, tpu: TpuConfig | None, counts: Sequence[int]) -> list[SliceLease] | None:
+        """Acquire in short rounds so a terminate is noticed; ``None`` when stopped meanwhile."""
+        final = self.clock() + self.policy.schedule_timeout
+        while True:
+            if self.stopped:
+                return None
+            round_deadline = min(final, self.clock() + self.policy.poll_interval)
+            try:
+                return self.provider.acquire(res, counts, round_deadline)
+            except Unschedulable as e:
+                if e.permanent or self.clock() >= final:
+                    raise
+
+    def _run_attempt(
+        self, attempt: Attempt, res: ResourceConfig, tpu: TpuConfig | None, counts: Sequence[int]
+    ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
+        what = f"{'/'.join(map(str, counts))} x {tpu.type}" if tpu else f"{res.replicas} process(es)"
+        self.info.progress = f"attempt {attempt.index}: waiting for {what}"
+        self._changed()
+        try:
+            leases = self._acquire(res, tpu, counts)
+        except Unschedulable as e:
+            if e.permanent:
+                raise
+            return AttemptOutcome.UNSCHEDULABLE, f"Unschedulable: {e}", None
+        if leases is None:
+            return AttemptOutcome.CANCELLED, "terminated while waiting for capacity", None
+        runs: list[HostRun] = []
+        try:
+            attempt.slices = [lease.name for lease in leases]
+            self.info.status = JobStatus.RUNNING
+            self.info.progress = f"attempt {attempt.index}: running on {', '.join(attempt.slices)}"
+            self._changed()
+            envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars)
+            try:
+                for s, lease in enumerate(leases):
+                    if self.stopped:
+                        break
+                    runs.extend(self.provider.start(lease, envs[s], self.request.entrypoint))
+            except Exception as e:  # a host that cannot even start: infrastructure, retryable
+                self._cancel_and_drain(runs, set(runs))
+                return AttemptOutcome.PREEMPTED, f"host start failed: {format_exception(e)}", None
+            return self._watch(runs, leases)
+        finally:
+            self.provider.release(leases)
+
+    def _watch(
+        self, runs: list[HostRun], leases: list[SliceLease]
+    ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
+        results: dict[tuple[int, int], Any] = {}
+        pending = set(runs)
+        first_bad: HostOutcome | None = None
+        preempted: HostOutcome | None = None
+        while pending and first_bad is None:
+            if self.stopped:
+                self._cancel_and_drain(runs, pending)
+                return AttemptOutcome.CANCELLED, "terminated", None
+            for o in self.provider.wait_any(list(pending), self.policy.poll_interval):
+                pending.discard(o.run)
+                if o.kind is HostOutcomeKind.SUCCEEDED:
+                    results[(o.run.slice_index, o.run.host_index)] = o.result
+                elif first_bad is None:
+                    first_bad = o
+                if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
+                    preempted = o
+        if first_bad is None:
+            ordered = [results[k] for k in sorted(results)]
+            return AttemptOutcome.SUCCEEDED, None, ordered
+        for o in self._cancel_and_drain(runs, pending):
+            if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
+                preempted = o
+        if self.stopped:
+            return AttemptOutcome.CANCELLED, "terminated", None
+        cause = _describe(first_bad)
+        if preempted is not None:
+            return AttemptOutcome.PREEMPTED, cause if first_bad is preempted else f"{_describe(preempted)}\n(first failure: {cause})", None
+        probe = getattr(self.provider, "was_preempted", None)
+        if probe is not None and any(probe(lease) for lease in leases):
+            return AttemptOutcome.PREEMPTED, f"host reported preempted by the cloud; {cause}", None
+        return AttemptOutcome.FAILED, cause, None
+
+    def _cancel_and_drain(self, runs: list[HostRun], pending: set[HostRun]) -> list[HostOutcome]:
+        """Cancel the still-running hosts and collect how they ended, for at most ``cancel_grace``."""
+        if not pending:
+            return []
+        self.provider.cancel(list(pending))
+        out: list[HostOutcome] = []
+        deadline = self.clock() + self.policy.cancel_grace
+        while pending:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                break
+            got = self.provider.wait_any(list(pending), min(self.policy.poll_interval, remaining))
+            for o in got:
+                pending.discard(o.run)
+                out.append(o)
+        return out
+
+
+def _describe(o: HostOutcome) -> str:
+    where = f"slice {o.run.slice_index} ({o.run.lease.name}) host {o.run.host_index}"
+    return f"{o.kind.value.lower()} on {where}: {o.error or 'no error text'}"
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return "unknown"
+    return text.strip().splitlines()[0]

@@ -1,0 +1,1 @@
+"""fray_ray: the Ray backend (RayCluster)."""
