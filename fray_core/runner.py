@@ -415,7 +415,10 @@ class GangRunner:
 
 
 def _describe(o: HostOutcome) -> str:
-    where = f"slice {o.run.slice_index} ({o.run.lease.name}) host {o.run.host_index}"
+    if o.run.lease.device_type in ("cpu", "gpu"):
+        where = f"replica {o.run.host_index}"
+    else:
+        where = f"slice {o.run.slice_index} ({o.run.lease.name}) host {o.run.host_index}"
     return f"{o.kind.value.lower()} on {where}: {o.error or 'no error text'}"
 
 

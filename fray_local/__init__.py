@@ -1,0 +1,27 @@
+"""fray_local: the local backend. Jobs run in real subprocesses; TPU slices come from a simulated fleet.
+
+    from fray_local import LocalCluster, TpuFleet, FaultPlan, PreemptSlice
+
+    fleet = TpuFleet({"v4-16": 2}, fault_plan=FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=1.0)]))
+    cluster = LocalCluster(fleet=fleet)
+
+This package never imports ray.
+"""
+
+from __future__ import annotations
+
+from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
+from fray_local.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice, TpuFleet, parse_fleet
+
+__all__ = [
+    "DEFAULT_LOCAL_POLICY",
+    "DirtyHost",
+    "DropCapacity",
+    "FailHost",
+    "Fault",
+    "FaultPlan",
+    "LocalCluster",
+    "PreemptSlice",
+    "TpuFleet",
+    "parse_fleet",
+]

@@ -1,0 +1,256 @@
+"""``LocalCluster``: every job runs for real in subprocesses on this machine; TPU slices are simulated.
+
+::
+
+    from fray_local import LocalCluster, TpuFleet
+
+    cluster = LocalCluster(fleet=TpuFleet({"v4-16": 2}))
+    job_id = cluster.launch(JobRequest(name="train", entrypoint=Entrypoint(callable=train),
+                                       resources=ResourceConfig.with_tpu("v4-16", slice_count=2)))
+    info = cluster.wait(job_id, timeout=120)
+    info.result            # one entry per host, in (slice, host) order
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+import cloudpickle
+
+from fray_core.cluster import Cluster, check_spec_keys
+from fray_core.errors import FrayError, JobNotFoundError
+from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
+from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, summarize_request
+from fray_local.fleet import TpuFleet, parse_fleet
+from fray_local.provider import LocalSliceProvider, LogSink
+
+__all__ = ["LocalCluster", "DEFAULT_LOCAL_POLICY"]
+
+DEFAULT_LOCAL_POLICY = RetryPolicy(
+    backoff_initial=0.2, backoff_max=5.0, schedule_timeout=300.0, poll_interval=0.2, cancel_grace=5.0
+)
+
+
+@attrs.define(eq=False)
+class _Job:
+    runner: GangRunner
+    provider: LocalSliceProvider
+    log: LogSink
+    thread: threading.Thread | None = None
+    done: threading.Event = attrs.field(factory=threading.Event)
+
+
+def check_picklable(request: JobRequest) -> None:
+    """Fail in the caller's process, before anything starts, if the entrypoint cannot be shipped."""
+    ep = request.entrypoint
+    try:
+        cloudpickle.dumps(ep)
+    except Exception as e:
+        what = ep.describe()
+        raise TypeError(
+            f"Entrypoint.callable: {what} (or its function_args) cannot be pickled with cloudpickle, so it "
+            f"cannot be shipped to the job's processes: {type(e).__name__}: {e}. Pass a module-level "
+            "function and picklable arguments."
+        ) from e
+
+
+class LocalCluster(Cluster):
+    """Runs jobs as subprocesses of this process (one per replica, or one per TPU host).
+
+    - ``fleet``: the simulated TPU fleet that serves TPU requests; by default slices are made on demand.
+    - ``jobs_dir``: where job records and logs go (any fsspec URL; default ``$FRAY_JOBS_DIR`` or
+      ``~/.cache/fray/jobs``). Another ``LocalCluster`` (or process) with the same dir sees the jobs.
+    - ``retry_policy``: backoff and deadlines of the shared runner.
+    """
+
+    def __init__(
+        self,
+        fleet: TpuFleet | None = None,
+        jobs_dir: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.fleet = fleet if fleet is not None else TpuFleet(on_demand=True)
+        self.store = JobStore(jobs_dir)
+        self.policy = retry_policy or DEFAULT_LOCAL_POLICY
+        self.spec = "local"
+        self._jobs: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._spool = tempfile.mkdtemp(prefix="fray-local-")
+        self._owner = owner_info()
+        self._watcher: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(fleet={self.fleet!r}, jobs_dir={self.store.root!r})"
+
+    # ---------------------------------------------------------------------------------------- launch
+
+    def launch(self, request: JobRequest) -> JobId:
+        if not isinstance(request, JobRequest):
+            raise TypeError(f"launch: expected a JobRequest, got {request!r}")
+        check_picklable(request)
+        job_id = new_job_id(request.name)
+        job_dir = os.path.join(self._spool, job_id)
+        os.makedirs(job_dir)
+        log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
+        log = LogSink(log_path)
+        provider = LocalSliceProvider(self.fleet, job_id, job_dir, log, request.env_vars)
+        info = JobInfo(
+            job_id=job_id,
+            name=request.name,
+            status=JobStatus.PENDING,
+            backend="local",
+            request_summary=summarize_request(request),
+        )
+        job = _Job(runner=None, provider=provider, log=log)  # type: ignore[arg-type]
+        job.runner = GangRunner(
+            job_id, request, provider, policy=self.policy, on_change=lambda i: self._persist(job, i), info=info
+        )
+        self._persist(job, info)
+        with self._lock:
+            self._jobs[job_id] = job
+        job.thread = threading.Thread(target=self._supervise, args=(job,), daemon=True, name=f"fray-job-{job_id}")
+        job.thread.start()
+        self._ensure_watcher()
+        return job_id
+
+    def _persist(self, job: _Job, info: JobInfo) -> None:
+        self.store.write(info, owner=self._owner, host=socket.gethostname())
+
+    def _supervise(self, job: _Job) -> None:
+        try:
+            outcome = job.runner.run()
+            if outcome.results is not None:
+                self.store.write_result(job.runner.job_id, outcome.results)
+        except BaseException as e:  # a bug in the runner or provider must not leave the job RUNNING
+            job.runner.info.status = JobStatus.FAILED
+            job.runner.info.error = f"internal error in the local supervisor: {type(e).__name__}: {e}"
+            self._persist(job, job.runner.info)
+            raise
+        finally:
+            job.provider.kill_all()
+            job.log.close()
+            if not self.store.is_local:
+                self._upload_log(job)
+            job.done.set()
+
+    def _upload_log(self, job: _Job) -> None:
+        with open(job.log.path, "rb") as src, self.store.fs.open(self.store.log_path(job.runner.job_id), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+    # ------------------------------------------------------------------------------------------ poll
+
+    def poll(self, job_id: JobId | str) -> JobInfo:
+        job = self._jobs.get(str(job_id))
+        if job is not None:
+            info = attrs.evolve(job.runner.info, attempts=[attrs.evolve(a) for a in job.runner.info.attempts])
+            return info
+        record = self.store.read(str(job_id))
+        info = JobInfo.from_json(record)
+        if not info.status.is_terminal() and self._owner_dead(record):
+            info.status = JobStatus.FAILED
+            owner = record.get("owner") or {}
+            info.error = (
+                f"the process that supervised this job (pid {owner.get('pid')} on {owner.get('host')}) died "
+                "before the job ended; its hosts were stopped with it"
+            )
+            info.finished_at = info.finished_at or None
+        if info.status is JobStatus.SUCCEEDED:
+            info.result = self.store.read_result(str(job_id))
+        return info
+
+    @staticmethod
+    def _owner_dead(record: dict[str, Any]) -> bool:
+        owner = record.get("owner") or {}
+        if owner.get("host") != socket.gethostname() or not owner.get("pid"):
+            return False  # another machine's job: we cannot tell, trust the record
+        return not pid_alive(int(owner["pid"]))
+
+    def list_jobs(self) -> list[JobInfo]:
+        out = []
+        for job_id in self.store.list_ids():
+            try:
+                out.append(self.poll(job_id))
+            except (JobNotFoundError, ValueError, KeyError):
+                continue  # a record being written or from an incompatible version
+        out.sort(key=lambda i: i.submitted_at)
+        return out
+
+    # ------------------------------------------------------------------------------------- terminate
+
+    def terminate(self, job_id: JobId | str) -> None:
+        job = self._jobs.get(str(job_id))
+        if job is not None:
+            job.runner.stop()
+            if not job.done.wait(60):
+                job.provider.kill_all()
+                raise FrayError(f"terminate: job {job_id} did not stop within 60 s; its processes were killed")
+            return
+        record = self.store.read(str(job_id))
+        if JobStatus(record["status"]).is_terminal():
+            return
+        if self._owner_dead(record):
+            return
+        # Another live process supervises it: ask it to stop through the store and wait for it to.
+        self.store.fs.touch(f"{self.store._p(str(job_id))}/stop")
+        deadline = 60.0
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            if self.poll(job_id).status.is_terminal():
+                return
+            time.sleep(0.1)
+        raise FrayError(f"terminate: job {job_id} (supervised by pid {record.get('owner', {}).get('pid')}) did not stop within {deadline:.0f} s")
+
+    def _ensure_watcher(self) -> None:
+        """One thread per cluster honours stop requests written by other processes (``fray stop``)."""
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(target=self._watch_stops, daemon=True, name="fray-stop-watcher")
+            self._watcher.start()
+
+    def _watch_stops(self) -> None:
+        while True:
+            with self._lock:
+                active = [j for j in self._jobs.values() if not j.done.is_set()]
+            for job in active:
+                if self.store.fs.exists(f"{self.store._p(job.runner.job_id)}/stop"):
+                    job.runner.stop()
+            threading.Event().wait(0.25)
+
+    # ------------------------------------------------------------------------------------------ logs
+
+    def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
+        self.store.read(str(job_id))  # unknown ids fail here, before iteration
+        return self.store.iter_log(str(job_id), follow, lambda: self.poll(job_id).status.is_terminal())
+
+    def _block(self, job_ids: Sequence[str], timeout: float) -> None:
+        local = [self._jobs[j] for j in job_ids if j in self._jobs]
+        if local:
+            local[0].done.wait(timeout)
+        else:
+            super()._block(job_ids, timeout)
+
+    def close(self) -> None:
+        """Stop every job this object launched and remove its temporary files."""
+        for job_id, job in list(self._jobs.items()):
+            if not job.done.is_set():
+                self.terminate(job_id)
+        self.fleet.close()
+        shutil.rmtree(self._spool, ignore_errors=True)
+
+
+def _from_spec(params: dict[str, str]) -> LocalCluster:
+    """``local``, ``local?tpu=v4-16:2,v5litepod-4:4``, ``local?jobs_dir=/tmp/jobs``."""
+    check_spec_keys(params, ["tpu", "jobs_dir"], "local")
+    fleet = TpuFleet(parse_fleet(params["tpu"])) if params.get("tpu") else None
+    return LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
+

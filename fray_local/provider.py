@@ -1,0 +1,244 @@
+"""The local ``SliceProvider``: every host is a real subprocess, TPU slices come from a ``TpuFleet``."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+import cloudpickle
+
+from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
+from fray_local.fleet import TpuFleet
+
+__all__ = ["LocalSliceProvider", "LogSink"]
+
+_TAIL_LINES = 20
+
+
+class LogSink:
+    """Appends tagged lines of every host of a job to one log file."""
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._f = open(path, "a", encoding="utf-8", buffering=1)
+
+    def write(self, tag: str, line: str) -> None:
+        with self._lock:
+            if not self._f.closed:
+                self._f.write(f"[{tag}] {line.rstrip(chr(10))}\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+class _Host:
+    """One host process and what we know of how it ended."""
+
+    def __init__(self, proc: subprocess.Popen, result_path: str, tag: str, binary: bool) -> None:
+        self.proc = proc
+        self.result_path = result_path
+        self.tag = tag
+        self.binary = binary
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.preempted = False
+        self.cancelled = False
+        self.done = threading.Event()
+        self.reported = False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # the whole process tree: the host runs in its own session
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class LocalSliceProvider:
+    """Runs one job's hosts as subprocesses. TPU slices are acquired from ``fleet``; a CPU/GPU gang is
+    one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``."""
+
+    def __init__(self, fleet: TpuFleet, job_id: str, job_dir: str, log: LogSink, request_env: dict[str, str]) -> None:
+        self.fleet = fleet
+        self.job_id = job_id
+        self.job_dir = job_dir
+        self.log = log
+        self.request_env = request_env
+        self._cond = threading.Condition()
+        self._hosts: dict[HostRun, _Host] = {}
+        self._seq = 0
+        self._applied_attempts: set[int] = set()
+        self._plan_env: dict[tuple[int, int], dict[str, str]] = {}
+        self._attempt_leases: list[SliceLease] = []
+
+    # ------------------------------------------------------------------------------------- acquire
+
+    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        dev = resources.device
+        if isinstance(dev, TpuConfig):
+            leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline)
+            self._attempt_leases = leases  # the fault plan addresses the attempt's slices by index
+            return leases
+        n = int(resources.replicas) if not isinstance(resources.replicas, tuple) else resources.replicas[0]
+        return [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
+
+    def release(self, leases: list[SliceLease]) -> None:
+        for lease in leases:
+            if lease.handle is not None:
+                self.fleet.release(lease)
+
+    def was_preempted(self, lease: SliceLease) -> bool:
+        return lease.handle is not None and self.fleet.was_preempted(lease)
+
+    # --------------------------------------------------------------------------------------- start
+
+    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+        attempt = int(env_per_host[0]["FRAY_ATTEMPT"])
+        slice_index = int(env_per_host[0]["FRAY_SLICE_ID"])
+        is_tpu = lease.handle is not None
+        if is_tpu and attempt not in self._applied_attempts:
+            # faults are keyed by attempt; applied once, when its first slice starts
+            self._applied_attempts.add(attempt)
+            self._plan_env = self.fleet.apply_plan(attempt, self._attempt_leases)
+        payload = os.path.join(self.job_dir, f"entry-a{attempt}.pkl")
+        if not os.path.exists(payload):
+            with open(payload, "wb") as f:
+                cloudpickle.dump(entrypoint, f)
+        runs = []
+        for h, env in enumerate(env_per_host):
+            tag = f"a{attempt} s{slice_index}/h{h}" if is_tpu else f"a{attempt} r{env['FRAY_REPLICA_ID']}"
+            full_env = dict(os.environ)
+            full_env.update(env)
+            full_env["PYTHONUNBUFFERED"] = "1"
+            full_env["FRAY_SYS_PATH"] = json.dumps([p for p in sys.path if p])
+            full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
+            if is_tpu:
+                lockfile = self.fleet.lockfile(lease.name, h)
+                if self.fleet.clean_lockfiles and self.fleet.clean(lease.name, h):
+                    self.log.write(tag, f"[fray] removed stale {lockfile} before start")
+                full_env["FRAY_SIM_LOCKFILE"] = lockfile
+                full_env.update(self._plan_env.get((slice_index, h), {}))
+            self._seq += 1
+            result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fray_local._host", payload, result_path],
+                env=full_env,
+                cwd=os.getcwd(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            host = _Host(proc, result_path, tag, binary=entrypoint.binary is not None)
+            run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
+            with self._cond:
+                self._hosts[run] = host
+            if is_tpu and not self.fleet.register_kill(lease, lambda host=host: self._preempt_host(host)):
+                self._preempt_host(host)  # the slice went away while we were starting
+            threading.Thread(target=self._pump, args=(host,), daemon=True, name=f"fray-{tag}").start()
+            runs.append(run)
+        return runs
+
+    def _preempt_host(self, host: _Host) -> None:
+        host.preempted = True
+        host.kill()
+
+    def _pump(self, host: _Host) -> None:
+        assert host.proc.stdout is not None
+        out: IO[bytes] = host.proc.stdout
+        for raw in out:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            host.tail.append(line)
+            self.log.write(host.tag, line)
+        out.close()
+        host.proc.wait()
+        with self._cond:
+            host.done.set()
+            self._cond.notify_all()
+
+    # ---------------------------------------------------------------------------------------- wait
+
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                ended = [r for r in runs if self._hosts[r].done.is_set() and not self._hosts[r].reported]
+                if ended:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self._cond.wait(left)
+            for r in ended:
+                self._hosts[r].reported = True
+        return [self._outcome(r) for r in ended]
+
+    def _outcome(self, run: HostRun) -> HostOutcome:
+        host: _Host = self._hosts[run]
+        rc = host.proc.returncode
+        where = f"{run.lease.name} host {run.host_index}"
+        if host.preempted:
+            return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {run.lease.name} was preempted")
+        if host.cancelled:
+            return HostOutcome(run, HostOutcomeKind.CANCELLED)
+        payload = _read_result(host.result_path)
+        if payload is not None and payload[0] == "ok":
+            return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=payload[1])
+        if payload is not None and payload[0] == "exit":
+            if payload[1] == 0:
+                return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=None)
+            tail = "\n".join(host.tail)
+            return HostOutcome(
+                run,
+                HostOutcomeKind.FAILED,
+                error=f"CommandFailed: exit code {payload[1]} on {where}; last output:\n{tail}",
+            )
+        if payload is not None and payload[0] == "error":
+            kind = HostOutcomeKind.PREEMPTED if payload[1] == "infra" else HostOutcomeKind.FAILED
+            return HostOutcome(run, kind, error=payload[2])
+        sig = f" (signal {-rc})" if rc is not None and rc < 0 else ""
+        tail = "\n".join(host.tail)
+        return HostOutcome(
+            run, HostOutcomeKind.FAILED, error=f"HostCrashed: host process on {where} exited with code {rc}{sig}; last output:\n{tail}"
+        )
+
+    # -------------------------------------------------------------------------------------- cancel
+
+    def cancel(self, runs: list[HostRun]) -> None:
+        for r in runs:
+            host = self._hosts[r]
+            if not host.done.is_set():
+                host.cancelled = True
+                host.kill(signal.SIGTERM)
+        # Give the processes a moment to exit cleanly, then make sure.
+        deadline = time.monotonic() + 1.0
+        for r in runs:
+            host = self._hosts[r]
+            if not host.done.wait(max(0.0, deadline - time.monotonic())):
+                host.kill(signal.SIGKILL)
+
+    def kill_all(self) -> None:
+        for host in list(self._hosts.values()):
+            if not host.done.is_set():
+                host.cancelled = True
+                host.kill(signal.SIGKILL)
+
+
+def _read_result(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return cloudpickle.load(f)
+    except (FileNotFoundError, EOFError):
+        return None
+    except Exception as e:  # the result exists but cannot be loaded here (e.g. a missing module)
+        return ("error", "user", f"ResultUnpicklingError: cannot load the host's result: {e!r}\n")
