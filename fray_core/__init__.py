@@ -13,42 +13,84 @@ This package never imports ray.
 
 from __future__ import annotations
 
-from fray_core.cluster import (
-    Cluster,
-    cluster_from_spec,
-    current_cluster,
-    parse_spec,
-    register_backend,
-    set_current_cluster,
-    using_cluster,
-)
-from fray_core.context import JobContext, fray_job_ctx
-from fray_core.errors import (
-    FrayError,
-    JobFailedError,
-    JobNotFoundError,
-    UnknownBackendError,
-    Unschedulable,
-    WaitTimeoutError,
-)
-from fray_core.tpu import TPU_CATALOG, TpuSpec, get_tpu_spec, tpu_types
-from fray_core.types import (
-    Attempt,
-    AttemptOutcome,
-    CpuConfig,
-    DeviceConfig,
-    Entrypoint,
-    EnvironmentConfig,
-    GpuConfig,
-    JobId,
-    JobInfo,
-    JobRequest,
-    JobStatus,
-    ResourceConfig,
-    TpuConfig,
-    create_environment,
-    parse_size,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Submodules load on first use (PEP 562), so `import fray_core` costs almost nothing and never imports ray.
+_LAZY: dict[str, str] = {
+    "Attempt": "fray_core.types",
+    "AttemptOutcome": "fray_core.types",
+    "Cluster": "fray_core.cluster",
+    "CpuConfig": "fray_core.types",
+    "DeviceConfig": "fray_core.types",
+    "Entrypoint": "fray_core.types",
+    "EnvironmentConfig": "fray_core.types",
+    "FrayError": "fray_core.errors",
+    "GpuConfig": "fray_core.types",
+    "JobContext": "fray_core.context",
+    "JobFailedError": "fray_core.errors",
+    "JobId": "fray_core.types",
+    "JobInfo": "fray_core.types",
+    "JobNotFoundError": "fray_core.errors",
+    "JobRequest": "fray_core.types",
+    "JobStatus": "fray_core.types",
+    "ResourceConfig": "fray_core.types",
+    "TPU_CATALOG": "fray_core.tpu",
+    "TpuConfig": "fray_core.types",
+    "TpuSpec": "fray_core.tpu",
+    "UnknownBackendError": "fray_core.errors",
+    "Unschedulable": "fray_core.errors",
+    "WaitTimeoutError": "fray_core.errors",
+    "cluster_from_spec": "fray_core.cluster",
+    "create_environment": "fray_core.types",
+    "current_cluster": "fray_core.cluster",
+    "fray_job_ctx": "fray_core.context",
+    "get_tpu_spec": "fray_core.tpu",
+    "parse_size": "fray_core.types",
+    "parse_spec": "fray_core.cluster",
+    "register_backend": "fray_core.cluster",
+    "set_current_cluster": "fray_core.cluster",
+    "tpu_types": "fray_core.tpu",
+    "using_cluster": "fray_core.cluster",
+}
+
+if TYPE_CHECKING:
+    from fray_core.cluster import (
+        Cluster,
+        cluster_from_spec,
+        current_cluster,
+        parse_spec,
+        register_backend,
+        set_current_cluster,
+        using_cluster,
+    )
+    from fray_core.context import JobContext, fray_job_ctx
+    from fray_core.errors import (
+        FrayError,
+        JobFailedError,
+        JobNotFoundError,
+        UnknownBackendError,
+        Unschedulable,
+        WaitTimeoutError,
+    )
+    from fray_core.tpu import TPU_CATALOG, TpuSpec, get_tpu_spec, tpu_types
+    from fray_core.types import (
+        Attempt,
+        AttemptOutcome,
+        CpuConfig,
+        DeviceConfig,
+        Entrypoint,
+        EnvironmentConfig,
+        GpuConfig,
+        JobId,
+        JobInfo,
+        JobRequest,
+        JobStatus,
+        ResourceConfig,
+        TpuConfig,
+        create_environment,
+        parse_size,
+    )
 
 __all__ = [
     "TPU_CATALOG",
@@ -86,3 +128,17 @@ __all__ = [
     "tpu_types",
     "using_cluster",
 ]
+
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fray_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

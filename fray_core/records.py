@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
-import fsspec
 
 from fray_core.errors import JobNotFoundError
 from fray_core.types import JobId, JobInfo
@@ -69,6 +68,8 @@ class JobStore:
     """Reads and writes job records under one root (any fsspec URL)."""
 
     def __init__(self, root: str | None = None) -> None:
+        import fsspec  # imported here: it costs ~40 ms, and `import fray_local` stays cheap
+
         self.root = (root or default_jobs_dir()).rstrip("/")
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
         self.is_local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))

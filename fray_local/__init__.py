@@ -10,8 +10,12 @@ This package never imports ray.
 
 from __future__ import annotations
 
-from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
-from fray_local.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice, TpuFleet, parse_fleet
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
+    from fray_local.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice, TpuFleet, parse_fleet
 
 __all__ = [
     "DEFAULT_LOCAL_POLICY",
@@ -25,3 +29,20 @@ __all__ = [
     "TpuFleet",
     "parse_fleet",
 ]
+
+# Loaded on first use (PEP 562): `import fray_local` stays cheap and never imports ray.
+_LAZY = {name: "fray_local.cluster" for name in ("DEFAULT_LOCAL_POLICY", "LocalCluster")}
+_LAZY.update({name: "fray_local.fleet" for name in __all__ if name not in _LAZY})
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fray_local' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

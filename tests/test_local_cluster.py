@@ -75,6 +75,10 @@ def fail_fast_or_hang(pid_dir: str) -> None:
     rid = os.environ["FRAY_REPLICA_ID"]
     Path(pid_dir, f"{os.environ['FRAY_ATTEMPT']}-{rid}.pid").write_text(str(os.getpid()))
     if rid == "0":
+        sibling = Path(pid_dir, f"{os.environ['FRAY_ATTEMPT']}-1.pid")
+        end = time.monotonic() + 60
+        while not sibling.exists() and time.monotonic() < end:  # fail only once the sibling runs
+            time.sleep(0.01)
         raise ValueError(f"replica 0 broke in attempt {os.environ['FRAY_ATTEMPT']}")
     time.sleep(600)
 
