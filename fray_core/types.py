@@ -391,8 +391,9 @@ def _check_env_vars(_inst: Any, _a: attrs.Attribute, value: Mapping[str, str]) -
 class EnvironmentConfig:
     """The software environment of every process: pip packages, env vars, extras, a working dir.
 
-    Locally, ``pip_packages`` are checked to be importable (nothing is installed); on Ray they become
-    the ``runtime_env``.
+    On Ray these become the ``runtime_env`` (pip, env_vars, working_dir). Locally nothing is installed:
+    ``launch`` warns about pip packages this Python lacks, and ``workspace`` is the processes' working
+    directory (and first on their ``sys.path``).
     """
 
     pip_packages: tuple[str, ...] = attrs.field(default=(), converter=tuple)

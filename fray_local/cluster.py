@@ -13,8 +13,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
+import sys
+import warnings
 import socket
 import tempfile
 import threading
@@ -63,6 +67,29 @@ def check_picklable(request: JobRequest) -> None:
         ) from e
 
 
+def check_environment(request: JobRequest) -> None:
+    """The local backend installs nothing: warn about pip packages this Python does not have, and
+    reject a workspace that does not exist."""
+    env = request.environment
+    if env is None:
+        return
+    if env.workspace is not None and not os.path.isdir(env.workspace):
+        raise ValueError(f"EnvironmentConfig.workspace: {env.workspace!r} is not a directory")
+    missing = []
+    for spec in env.pip_packages:
+        name = re.split(r"[\s\[<>=!~;@]", spec.strip(), maxsplit=1)[0]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(spec)
+    if missing:
+        warnings.warn(
+            f"EnvironmentConfig.pip_packages: {', '.join(map(repr, missing))} not installed in {sys.executable}; "
+            "the local backend does not install packages (the Ray backend does, through runtime_env)",
+            stacklevel=3,
+        )
+
+
 class LocalCluster(Cluster):
     """Runs jobs as subprocesses of this process (one per replica, or one per TPU host).
 
@@ -84,7 +111,7 @@ class LocalCluster(Cluster):
         self.spec = "local"
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
-        self._spool = tempfile.mkdtemp(prefix="fray-local-")
+        self._spool_dir: str | None = None  # per-job scratch files, made on the first launch
         self._owner = owner_info()
         self._watcher: threading.Thread | None = None
 
@@ -97,12 +124,14 @@ class LocalCluster(Cluster):
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch: expected a JobRequest, got {request!r}")
         check_picklable(request)
+        check_environment(request)
         job_id = new_job_id(request.name)
-        job_dir = os.path.join(self._spool, job_id)
+        job_dir = os.path.join(self._spool(), job_id)
         os.makedirs(job_dir)
         log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
         log = LogSink(log_path)
-        provider = LocalSliceProvider(self.fleet, job_id, job_dir, log, request.env_vars)
+        env = request.environment
+        provider = LocalSliceProvider(self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None)
         info = JobInfo(
             job_id=job_id,
             name=request.name,
@@ -121,6 +150,12 @@ class LocalCluster(Cluster):
         job.thread.start()
         self._ensure_watcher()
         return job_id
+
+    def _spool(self) -> str:
+        with self._lock:
+            if self._spool_dir is None:
+                self._spool_dir = tempfile.mkdtemp(prefix="fray-local-")
+            return self._spool_dir
 
     def _persist(self, job: _Job, info: JobInfo) -> None:
         self.store.write(info, owner=self._owner, host=socket.gethostname())
@@ -245,7 +280,8 @@ class LocalCluster(Cluster):
             if not job.done.is_set():
                 self.terminate(job_id)
         self.fleet.close()
-        shutil.rmtree(self._spool, ignore_errors=True)
+        if self._spool_dir is not None:
+            shutil.rmtree(self._spool_dir, ignore_errors=True)
 
 
 def _from_spec(params: dict[str, str]) -> LocalCluster:

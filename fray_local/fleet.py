@@ -178,7 +178,7 @@ class TpuFleet:
         self.on_demand = on_demand
         self.fault_plan = fault_plan or FaultPlan()
         self.clean_lockfiles = clean_lockfiles
-        self.state_dir = state_dir or tempfile.mkdtemp(prefix="fray-fleet-")
+        self._state_dir = state_dir  # made on first use: most fleets never need one
         self._timers: list[threading.Timer] = []
         for tpu_type, n in (capacity or {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -188,6 +188,14 @@ class TpuFleet:
 
     def __repr__(self) -> str:
         return f"TpuFleet({self.capacity()}, on_demand={self.on_demand})"
+
+    @property
+    def state_dir(self) -> str:
+        """Where the simulated hosts keep their lockfiles."""
+        with self._cond:
+            if self._state_dir is None:
+                self._state_dir = tempfile.mkdtemp(prefix="fray-fleet-")
+            return self._state_dir
 
     # ------------------------------------------------------------------------------------- inventory
 

@@ -68,12 +68,12 @@ class LocalSliceProvider:
     """Runs one job's hosts as subprocesses. TPU slices are acquired from ``fleet``; a CPU/GPU gang is
     one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``."""
 
-    def __init__(self, fleet: TpuFleet, job_id: str, job_dir: str, log: LogSink, request_env: dict[str, str]) -> None:
+    def __init__(self, fleet: TpuFleet, job_id: str, job_dir: str, log: LogSink, workspace: str | None = None) -> None:
         self.fleet = fleet
         self.job_id = job_id
         self.job_dir = job_dir
         self.log = log
-        self.request_env = request_env
+        self.cwd = os.path.abspath(workspace) if workspace else os.getcwd()
         self._cond = threading.Condition()
         self._hosts: dict[HostRun, _Host] = {}
         self._seq = 0
@@ -120,7 +120,7 @@ class LocalSliceProvider:
             full_env = dict(os.environ)
             full_env.update(env)
             full_env["PYTHONUNBUFFERED"] = "1"
-            full_env["FRAY_SYS_PATH"] = json.dumps([p for p in sys.path if p])
+            full_env["FRAY_SYS_PATH"] = json.dumps([self.cwd] + [p for p in sys.path if p])
             full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
             if is_tpu:
                 lockfile = self.fleet.lockfile(lease.name, h)
@@ -133,7 +133,7 @@ class LocalSliceProvider:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "fray_local._host", payload, result_path],
                 env=full_env,
-                cwd=os.getcwd(),
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -328,3 +328,22 @@ def test_job_context_tasks_and_actors() -> None:
     assert ctx.get(again.incr.remote(5)) == 18
     with pytest.raises(ValueError, match="an actor named 'ctr-test' exists"):
         ctx.create_actor(Counter, 0, name="ctr-test")
+
+
+def cwd_now() -> str:
+    return os.getcwd()
+
+
+def test_workspace_is_the_working_dir_and_missing_pip_packages_warn(cluster: LocalCluster, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    req = JobRequest(name="ws", entrypoint=Entrypoint(callable=cwd_now), environment=create_environment(workspace=str(ws)))
+    assert cluster.wait(cluster.launch(req), timeout=30).result == [str(ws)]
+    with pytest.warns(UserWarning, match=r"pip_packages: 'surely-not-installed-pkg==1.0' not installed"):
+        job = cluster.launch(
+            JobRequest(name="p", entrypoint=Entrypoint(callable=cwd_now),
+                       environment=create_environment(pip_packages=["attrs>=20", "surely-not-installed-pkg==1.0"]))
+        )
+    cluster.wait(job, timeout=30)
+    with pytest.raises(ValueError, match=r"EnvironmentConfig.workspace: '/no/such/dir' is not a directory"):
+        cluster.launch(JobRequest(name="w", entrypoint=Entrypoint(callable=cwd_now), environment=create_environment(workspace="/no/such/dir")))
