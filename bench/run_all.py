@@ -1,0 +1,98 @@
+"""Run every benchmark and write docs/performance.md (figures, machine, date, Ray version).
+
+    python bench/run_all.py            # full sizes (about 10 minutes on 2 cores)
+    python bench/run_all.py --smoke    # tiny sizes, to check the scripts work (prints, writes nothing)
+
+Each script prints its own table with its baseline measured in the same run; this collects them.
+Hand-written analysis (where a goal is missed, what the profiler showed) lives in bench/NOTES.md and is
+appended to the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCRIPTS = [  # (script, what it measures, needs ray)
+    ("import_cost.py", "Import cost", False),
+    ("runner_scale.py", "Runner at fleet scale (in-memory provider, fake clock)", False),
+    ("local_backend.py", "Local backend vs multiprocessing", False),
+    ("ray_gang_launch.py", "Gang launch on Ray vs a hand-written placement group", True),
+    ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
+]
+
+
+def machine() -> str:
+    try:
+        ray_version = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        ray_version = "not installed"
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        mem = f", {kb / 1024**2:.0f} GiB RAM"
+    except OSError:
+        pass
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, Ray {ray_version}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes; do not write docs/performance.md")
+    ap.add_argument("--only", nargs="*", help="run only these scripts")
+    args = ap.parse_args(argv)
+    sections, failed = [], []
+    for script, title, _needs_ray in SCRIPTS:
+        if args.only and script not in args.only:
+            continue
+        path = HERE / script
+        if not path.exists():
+            sections.append((title, script, "(script not present)", 0.0))
+            continue
+        cmd = [sys.executable, str(path)] + (["--smoke"] if args.smoke else [])
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
+        dt = time.perf_counter() - t0
+        text = out.stdout.strip()
+        if out.returncode != 0:
+            failed.append(script)
+            text += f"\n[exit code {out.returncode}]\n{out.stderr.strip()[-2000:]}"
+        print(f"== {script} ({dt:.1f} s)\n{text}\n", flush=True)
+        sections.append((title, script, text, dt))
+    if not args.smoke:
+        notes = (HERE / "NOTES.md").read_text() if (HERE / "NOTES.md").exists() else ""
+        lines = [
+            "# Performance",
+            "",
+            f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
+            "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
+            "(CI runs each script with `--smoke`).",
+            "",
+        ]
+        for title, script, text, dt in sections:
+            lines += [f"## {title}", "", f"`bench/{script}` ({dt:.0f} s)", "", "```", text, "```", ""]
+        if notes:
+            lines += [notes.strip(), ""]
+        (ROOT / "docs" / "performance.md").write_text("\n".join(lines))
+        print(f"wrote {ROOT / 'docs' / 'performance.md'}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
