@@ -1,0 +1,838 @@
+"""Backend-neutral test helpers: a fake clock and an in-memory :class:`~fray_core.runner.SliceProvider`.
+
+With them the gang runner runs thousands of attempts per second with no processes, no threads and no
+real waiting: every wait of the provider moves the fake clock forward instead of sleeping. Nothing here
+imports ray or pytest. Import it as ``fray_core.testing`` (it is not re-exported by ``fray_core``).
+
+Example: a 2-slice job whose first attempt loses slice 1 to a preemption, then succeeds::
+
+    >>> from fray_core.runner import GangRunner, RetryPolicy
+    >>> from fray_core.types import Entrypoint, JobRequest, ResourceConfig
+    >>> clock = FakeClock()
+    >>> def script(attempt, slice_index, host_index):
+    ...     if attempt == 0 and slice_index == 1:
+    ...         return HostScript("PREEMPTED", after=2.0)
+    ...     return "SUCCEEDED"                      # after ``host_delay`` (1 s) of fake time
+    >>> provider = InMemorySliceProvider({"v4-16": 2}, clock, script=script)
+    >>> request = JobRequest(name="train", entrypoint=Entrypoint(binary="true"),
+    ...                      resources=ResourceConfig.with_tpu("v4-16", slice_count=2))
+    >>> runner = GangRunner("job-1", request, provider, policy=RetryPolicy(backoff_initial=5.0),
+    ...                     clock=clock, wall=clock.wall, sleep=clock.sleep)
+    >>> outcome = runner.run()
+    >>> outcome.status.value, [a.outcome.value for a in runner.info.attempts]
+    ('SUCCEEDED', ['PREEMPTED', 'SUCCEEDED'])
+    >>> outcome.results[:2]                          # one per host, (slice, host) order
+    [(1, 0, 0), (1, 0, 1)]
+    >>> provider.problems()                          # invariants the runner must keep
+    []
+    >>> clock.now()                                  # 2 s of attempt 0 + 5 s backoff + 1 s
+    8.0
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
+
+import attrs
+
+from fray_core.errors import Unschedulable
+from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.tpu import get_tpu_spec
+from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
+
+__all__ = [
+    "HANG",
+    "FakeClock",
+    "HorizonExceeded",
+    "HostScript",
+    "InMemorySliceProvider",
+    "LeaseRecord",
+    "RunRecord",
+    "Script",
+    "Timer",
+]
+
+
+# ------------------------------------------------------------------------------------------ the clock
+
+
+class HorizonExceeded(RuntimeError):
+    """The fake clock was asked to move past its ``horizon``: a simulated job never finished."""
+
+
+class Timer:
+    """A callback scheduled on a :class:`FakeClock`; ``cancel()`` stops it from firing."""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self, entry: list[Any]) -> None:
+        self._entry = entry
+
+    @property
+    def when(self) -> float:
+        return float(self._entry[0])
+
+    @property
+    def active(self) -> bool:
+        return self._entry[2] is not None
+
+    def cancel(self) -> None:
+        self._entry[2] = None
+
+
+class FakeClock:
+    """Simulated time: a monotonic clock (``now()`` or calling it) plus a wall clock (``wall()``).
+
+    Time moves only when someone calls :meth:`sleep`, :meth:`advance` or :meth:`advance_to`; callbacks
+    scheduled with :meth:`call_at`/:meth:`call_later` run, in time order, as time passes them (the clock
+    reads their due time while each one runs). Pass it to ``GangRunner(clock=clock, wall=clock.wall,
+    sleep=clock.sleep)``. Not thread-safe: drive it from one thread (the runner's).
+
+    ``horizon``: moving past this time raises :class:`HorizonExceeded` (a guard against a simulated job
+    that never ends).
+
+    >>> clock = FakeClock()
+    >>> fired = []
+    >>> _ = clock.call_later(5.0, fired.append, "restore")
+    >>> clock.sleep(2.0); clock()
+    2.0
+    >>> clock.advance(10.0); fired, clock.now()
+    (['restore'], 12.0)
+    >>> clock.wall() - clock.now() == FakeClock.WALL_EPOCH
+    True
+    """
+
+    WALL_EPOCH = 1_700_000_000.0  # what wall() reads at monotonic time 0
+
+    def __init__(self, start: float = 0.0, *, horizon: float | None = None) -> None:
+        self._now = float(start)
+        self._heap: list[list[Any]] = []  # [time, seq, fn | None, args]
+        self._seq = itertools.count()
+        self.horizon = horizon
+
+    def now(self) -> float:
+        """Monotonic seconds."""
+        return self._now
+
+    def __call__(self) -> float:
+        return self._now
+
+    def wall(self) -> float:
+        """Seconds since the epoch, as ``time.time()`` would read."""
+        return self.WALL_EPOCH + self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Advance by ``seconds`` at once (running the callbacks due meanwhile)."""
+        if seconds < 0:
+            raise ValueError(f"FakeClock.sleep: seconds must be >= 0, got {seconds!r}")
+        self.advance_to(self._now + seconds)
+
+    def advance(self, seconds: float) -> None:
+        """Same as :meth:`sleep`."""
+        self.sleep(seconds)
+
+    def advance_to(self, when: float) -> None:
+        """Move to ``when`` (never backwards), running every callback due at or before it, in order."""
+        heap = self._heap
+        while heap and heap[0][0] <= when:
+            t, _seq, fn, args = heapq.heappop(heap)
+            if fn is None:
+                continue
+            if t > self._now:
+                self._set(t)
+            fn(*args)
+        if when > self._now:
+            self._set(when)
+
+    def _set(self, t: float) -> None:
+        if self.horizon is not None and t > self.horizon:
+            raise HorizonExceeded(
+                f"FakeClock: asked to move to t={t:g}s, past horizon={self.horizon:g}s; the simulated job "
+                f"never finished (a host that hangs with nothing to end it, or capacity that never returns?)"
+            )
+        self._now = t
+
+    def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``fn(*args)`` when time reaches ``when`` (at the next advance if that is already past)."""
+        entry = [float(when), next(self._seq), fn, args]
+        heapq.heappush(self._heap, entry)
+        return Timer(entry)
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``fn(*args)`` ``delay`` seconds from now."""
+        if delay < 0:
+            raise ValueError(f"FakeClock.call_later: delay must be >= 0, got {delay!r}")
+        return self.call_at(self._now + delay, fn, *args)
+
+    def _push(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
+        heapq.heappush(self._heap, [when, next(self._seq), fn, args])
+
+    def next_due(self) -> float | None:
+        """When the next pending callback is due, or ``None``."""
+        heap = self._heap
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+
+# ----------------------------------------------------------------------------------- host scripts
+
+
+class _Default:
+    """Marks a HostScript field left to the provider's default."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
+
+
+@attrs.frozen
+class HostScript:
+    """How one host of one attempt ends, ``after`` seconds (fake time) from its start.
+
+    - ``kind``: ``"SUCCEEDED"``, ``"FAILED"``, ``"PREEMPTED"`` (a :class:`HostOutcomeKind` or its name),
+      or ``None`` for a host that hangs until it is cancelled, preempted or ended by
+      :meth:`InMemorySliceProvider.finish`.
+    - ``result``: what a SUCCEEDED host returns; by default ``(attempt, slice_index, host_index)``.
+    - ``error``: the error text of a FAILED host (a default names the attempt, slice and host).
+    - ``restore_after``: for PREEMPTED, when the preempted slice comes back as a fresh incarnation
+      (``None``: gone for good); by default the provider's ``restore_after``.
+
+    A preemption takes the whole slice, as on a real TPU pod: every host of it still running ends
+    PREEMPTED at that moment.
+
+    >>> HostScript("FAILED", after=2.5).kind
+    <HostOutcomeKind.FAILED: 'FAILED'>
+    """
+
+    kind: HostOutcomeKind | None = attrs.field(
+        converter=lambda k: None if k is None or k == "HANG" else HostOutcomeKind(k)
+    )
+    after: float = attrs.field(default=1.0)
+    result: Any = DEFAULT
+    error: str | None = None
+    restore_after: Any = DEFAULT
+
+    @kind.validator
+    def _check_kind(self, _a: attrs.Attribute, value: HostOutcomeKind | None) -> None:
+        if value is HostOutcomeKind.CANCELLED:
+            raise ValueError(
+                "HostScript.kind: CANCELLED is what cancel() produces, not a scripted outcome; "
+                "use SUCCEEDED, FAILED, PREEMPTED or None (hang)"
+            )
+
+    @after.validator
+    def _check_after(self, _a: attrs.Attribute, value: float) -> None:
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"HostScript.after: expected seconds >= 0, got {value!r}")
+
+
+#: a host that never ends by itself
+HANG = HostScript(None)
+
+#: what a script returns: a HostScript, a kind (or its name, or "HANG"), or None (hang)
+ScriptResult = Union[HostScript, HostOutcomeKind, str, None]
+#: ``script(attempt_index, slice_index, host_index) -> ScriptResult``, asked once per started host
+Script = Callable[[int, int, int], ScriptResult]
+
+
+# ------------------------------------------------------------------------------------ bookkeeping
+
+
+class _Slice:
+    __slots__ = ("name", "tpu_type", "hosts", "state", "incarnation", "lease", "addresses", "_addr_inc")
+
+    def __init__(self, name: str, tpu_type: str, hosts: int) -> None:
+        self.name = name
+        self.tpu_type = tpu_type
+        self.hosts = hosts
+        self.state = "free"  # free | held (by our job) | occupied (by someone else) | down | gone
+        self.incarnation = 0
+        self.lease: LeaseRecord | None = None
+        self.addresses: tuple[str, ...] = ()
+        self._addr_inc = -1
+
+
+class LeaseRecord:
+    """What the provider knows of one acquired slice (the ``handle`` of its :class:`SliceLease`).
+
+    ``released`` counts ``release`` calls (the runner must make exactly one); ``runs`` are the host runs
+    started on it; ``group`` numbers the successful ``acquire`` call it came from; ``counts`` and
+    ``free_before`` are what that call asked and how many slices of the type were free when it was served.
+    """
+
+    __slots__ = (
+        "lease", "slice", "incarnation", "runs", "released", "acquired_at", "released_at", "attempt",
+        "group", "counts", "free_before",
+    )  # fmt: skip
+
+    def __init__(
+        self, sl: _Slice | None, group: int, counts: tuple[int, ...], free_before: int, now: float
+    ) -> None:
+        self.lease: SliceLease = None  # type: ignore[assignment]  # set right after
+        self.slice = sl
+        self.incarnation = sl.incarnation if sl is not None else 0
+        self.runs: list[RunRecord] = []
+        self.released = 0
+        self.acquired_at = now
+        self.released_at: float | None = None
+        self.attempt: int | None = None
+        self.group = group
+        self.counts = counts
+        self.free_before = free_before
+
+    @property
+    def name(self) -> str:
+        return self.lease.name
+
+    @property
+    def preempted(self) -> bool:
+        """True when the slice was preempted (a new incarnation or gone) after this lease got it."""
+        return self.slice is not None and self.slice.incarnation != self.incarnation
+
+    def __repr__(self) -> str:
+        return f"<LeaseRecord {self.lease.name} attempt={self.attempt} released={self.released}>"
+
+
+class RunRecord:
+    """One started host (the ``handle`` of its :class:`HostRun`): its attempt, env and fate.
+
+    ``state`` is ``"running"`` or ``"ended"``; ``kind`` how it ended (CANCELLED when cancelled while
+    running); ``reported`` whether ``wait_any`` handed its outcome to the caller; ``cancelled`` whether
+    ``cancel`` was called on it.
+    """
+
+    __slots__ = (
+        "run", "lease", "attempt", "job_id", "slice_index", "host_index", "env", "script", "state", "kind",
+        "result", "error", "reported", "cancelled", "started_at", "ended_at", "report_seq",
+    )  # fmt: skip
+
+    def __init__(
+        self, lease: LeaseRecord, attempt: int, job_id: str, s: int, h: int, env: dict[str, str], script: HostScript, now: float
+    ) -> None:
+        self.run: HostRun = None  # type: ignore[assignment]  # set right after
+        self.lease = lease
+        self.attempt = attempt
+        self.job_id = job_id
+        self.slice_index = s
+        self.host_index = h
+        self.env = env
+        self.script = script
+        self.state = "running"
+        self.kind: HostOutcomeKind | None = None
+        self.result: Any = None
+        self.error: str | None = None
+        self.reported = False
+        self.cancelled = False
+        self.started_at = now
+        self.ended_at: float | None = None
+        self.report_seq: int | None = None  # order in which wait_any reported it
+
+    def __repr__(self) -> str:
+        kind = self.kind.value if self.kind else "-"
+        return f"<RunRecord a{self.attempt} s{self.slice_index}/h{self.host_index} {self.state} {kind}>"
+
+
+# ---------------------------------------------------------------------------------- the provider
+
+
+class InMemorySliceProvider:
+    """A :class:`~fray_core.runner.SliceProvider` with no processes: named TPU slices in memory, host
+    outcomes decided by a script or by the test, every wait done on a :class:`FakeClock`.
+
+    - ``fleet``: slices per TPU type, ``{"v4-16": 2}`` gives ``v4-16-0`` and ``v4-16-1`` with the
+      catalog's hosts per slice (2 for v4-16). CPU/GPU requests get one pseudo-slice of ``replicas`` hosts.
+    - ``acquire`` is all-or-nothing and takes the largest count in ``counts`` that is free; it raises
+      ``Unschedulable(permanent=True)`` at once when no count can ever fit (fewer slices exist than the
+      smallest count), and otherwise waits on the fake clock (running its callbacks, which may bring
+      capacity back) until ``deadline``, then raises ``Unschedulable`` with a diagnosis such as
+      ``asked: 2 x v4-16; fleet has: 1 free, 1 busy, 0 preempted``.
+    - ``script(attempt, slice_index, host_index)`` decides each host's fate when it starts (see
+      :class:`HostScript`); by default every host succeeds after ``host_delay`` seconds.
+    - ``on_idle(provider)``, if given, is called whenever the caller would otherwise wait for time to
+      pass (in ``wait_any`` with nothing ended, in ``acquire`` with nothing free): it may end hosts
+      (:meth:`finish`), change capacity (:meth:`preempt`, :meth:`remove`, :meth:`restore`, :meth:`occupy`,
+      :meth:`vacate`, :meth:`add_slices`) or stop the runner; then the provider looks again, and lets
+      time pass only if still nothing happened. This is how a test drives random interleavings.
+    - ``wait_any`` reports every wanted run that has ended (each run once), moving the clock to the next
+      due event or the timeout; ``cancel`` ends running hosts as CANCELLED at once.
+
+    It checks the runner as it goes and lists what went wrong in :meth:`problems` (``check()`` raises):
+    a lease released more than once or never, a host neither reported nor cancelled when its slice was
+    released, a host still running at the end, an ``acquire`` while slices of the last attempt are
+    still held. With ``record=True`` (default) it keeps every :class:`LeaseRecord`/:class:`RunRecord`
+    (``leases``, ``runs``, :meth:`runs_of`); ``record=False`` keeps only counters, for benchmarks.
+
+    One provider serves one job at a time; it may serve the next job once the previous ``run()`` returned.
+
+    >>> clock = FakeClock()
+    >>> p = InMemorySliceProvider({"v4-16": 2}, clock)
+    >>> p.occupy("v4-16-1")                        # another job holds it
+    >>> try:
+    ...     p.acquire(ResourceConfig.with_tpu("v4-16", slice_count=2), [2], deadline=30.0)
+    ... except Unschedulable as e:
+    ...     print(e, "| now:", clock.now())
+    asked: 2 x v4-16; fleet has: 1 free, 1 busy, 0 preempted | now: 30.0
+    >>> [lease.name for lease in p.acquire(ResourceConfig.with_tpu("v4-16", slice_count=[1, 2]), [2, 1], 60.0)]
+    ['v4-16-0']
+    """
+
+    def __init__(
+        self,
+        fleet: Mapping[str, int] | None = None,
+        clock: FakeClock | None = None,
+        *,
+        script: Script | None = None,
+        on_idle: Callable[[InMemorySliceProvider], None] | None = None,
+        host_delay: float = 1.0,
+        restore_after: float | None = 0.0,
+        record: bool = True,
+    ) -> None:
+        self.clock = clock if clock is not None else FakeClock()
+        self.script = script
+        self.on_idle = on_idle
+        self.host_delay = float(host_delay)
+        self.restore_after = restore_after
+        self.record = record
+        self._slices: dict[str, _Slice] = {}
+        self._free: dict[str, dict[_Slice, None]] = {}  # per type, insertion-ordered set of free slices
+        self._states: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
+        self._held: dict[LeaseRecord, None] = {}
+        self._running: dict[RunRecord, None] = {}
+        self._ready: dict[RunRecord, None] = {}  # ended, not yet reported
+        self._groups = itertools.count()
+        self._vm_serial = itertools.count(1)
+        self._report_seq = itertools.count()
+        self._host_ids: tuple[str, ...] = ()
+        self._default_script = HostScript(HostOutcomeKind.SUCCEEDED, after=self.host_delay)
+        self._kind_scripts = {
+            k: HostScript(k, after=self.host_delay)
+            for k in (HostOutcomeKind.SUCCEEDED, HostOutcomeKind.FAILED, HostOutcomeKind.PREEMPTED)
+        }
+        for k in list(self._kind_scripts):
+            self._kind_scripts[k.value] = self._kind_scripts[k]
+        self.violations: list[str] = []
+        self.leases: list[LeaseRecord] = []
+        self.runs: list[RunRecord] = []
+        # counters
+        self.acquire_calls = 0
+        self.start_calls = 0
+        self.hosts_started = 0
+        self.slice_preemptions = 0
+        self.unschedulable: list[tuple[float, str, bool]] = []  # (time, message, permanent)
+        for tpu_type, n in (fleet or {}).items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"InMemorySliceProvider: fleet count of {tpu_type!r} must be an int >= 0, got {n!r}")
+            self.add_slices(tpu_type, n)
+
+    # -------------------------------------------------------------------------------- inventory
+
+    def add_slices(self, tpu_type: str, n: int = 1) -> list[str]:
+        """Add ``n`` free slices of ``tpu_type`` (capacity coming back, or a bigger fleet); their names."""
+        spec = get_tpu_spec(tpu_type)
+        states = self._states.setdefault(spec.name, {"free": 0, "held": 0, "occupied": 0, "down": 0, "gone": 0})
+        free = self._free.setdefault(spec.name, {})
+        first = sum(states.values())
+        names = []
+        for i in range(first, first + n):
+            sl = _Slice(f"{spec.name}-{i}", spec.name, spec.hosts)
+            self._slices[sl.name] = sl
+            free[sl] = None
+            states["free"] += 1
+            names.append(sl.name)
+        return names
+
+    def _set_state(self, sl: _Slice, state: str) -> None:
+        states = self._states[sl.tpu_type]
+        states[sl.state] -= 1
+        states[state] += 1
+        if sl.state == "free":
+            del self._free[sl.tpu_type][sl]
+        elif state == "free":
+            self._free[sl.tpu_type][sl] = None
+        sl.state = state
+
+    def _slice(self, name: str) -> _Slice:
+        try:
+            return self._slices[name]
+        except KeyError:
+            raise KeyError(f"no slice named {name!r}; slices: {', '.join(self._slices) or 'none'}") from None
+
+    def slice_states(self, tpu_type: str | None = None) -> dict[str, str]:
+        """``{slice name: state}``; states are free, held (by the job), occupied (by others), down, gone."""
+        return {n: s.state for n, s in self._slices.items() if tpu_type is None or s.tpu_type == tpu_type}
+
+    def describe(self, tpu_type: str) -> str:
+        """``"1 free, 1 busy, 0 preempted"`` (busy: held by this job or occupied by another)."""
+        st = self._states.get(get_tpu_spec(tpu_type).name) or {"free": 0, "held": 0, "occupied": 0, "down": 0, "gone": 0}
+        text = f"{st['free']} free, {st['held'] + st['occupied']} busy, {st['down']} preempted"
+        return text + (f", {st['gone']} gone" if st["gone"] else "")
+
+    def capacity(self, tpu_type: str) -> int:
+        """Slices of the type that exist (free, busy, or preempted and coming back)."""
+        st = self._states.get(get_tpu_spec(tpu_type).name)
+        return 0 if st is None else sum(st.values()) - st["gone"]
+
+    # ------------------------------------------------------------------------------- acquisition
+
+    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        self.acquire_calls += 1
+        if self._held:
+            held = ", ".join(r.lease.name for r in self._held)
+            self.violations.append(f"acquire() called while the job still holds {held} (not released)")
+        dev = resources.device
+        clock = self.clock
+        if not isinstance(dev, TpuConfig):
+            n = resources.replicas if isinstance(resources.replicas, int) else max(resources.replicas)
+            rec = LeaseRecord(None, next(self._groups), tuple(counts), n, clock.now())
+            return [self._lease(rec, f"{dev.kind}-gang", dev.kind, n, ("127.0.0.1",) * n)]
+        spec = get_tpu_spec(dev.type)
+        wanted = tuple(sorted(set(counts), reverse=True))
+        if not wanted:
+            raise ValueError("InMemorySliceProvider.acquire: counts is empty; give at least one slice count")
+        asked = f"{' or '.join(map(str, wanted))} x {spec.name}"
+        idled = False
+        while True:
+            existing = self.capacity(spec.name)
+            if existing < wanted[-1]:
+                msg = (
+                    f"asked: {asked}; fleet has {existing} {spec.name} slice(s) in all "
+                    f"({self.describe(spec.name)}), so this can never fit"
+                )
+                self.unschedulable.append((clock.now(), msg, True))
+                raise Unschedulable(msg, permanent=True)
+            free = self._free.get(spec.name, {})
+            for c in wanted:
+                if len(free) >= c:
+                    return self._take(spec.name, c, wanted)
+            if self.on_idle is not None and not idled:
+                idled = True
+                self.on_idle(self)
+                continue
+            now = clock.now()
+            if now >= deadline:
+                msg = f"asked: {asked}; fleet has: {self.describe(spec.name)}"
+                self.unschedulable.append((now, msg, False))
+                raise Unschedulable(msg)
+            due = clock.next_due()
+            clock.advance_to(deadline if due is None or due > deadline else due)
+            idled = False
+
+    def _take(self, tpu_type: str, c: int, counts: tuple[int, ...]) -> list[SliceLease]:
+        free = self._free[tpu_type]
+        free_before = len(free)
+        group = next(self._groups)
+        now = self.clock.now()
+        leases = []
+        for sl in list(itertools.islice(free, c)):
+            self._set_state(sl, "held")
+            if sl._addr_inc != sl.incarnation:  # a fresh VM has fresh addresses
+                serial = next(self._vm_serial)
+                prefix = f"10.{(serial >> 8) & 255}.{serial & 255}."
+                sl.addresses = tuple(prefix + h for h in self._host_strs(sl.hosts))
+                sl._addr_inc = sl.incarnation
+            rec = LeaseRecord(sl, group, counts, free_before, now)
+            sl.lease = rec
+            leases.append(self._lease(rec, sl.name, tpu_type, sl.hosts, sl.addresses))
+        return leases
+
+    def _host_strs(self, n: int) -> tuple[str, ...]:
+        if len(self._host_ids) < n:
+            self._host_ids = tuple(str(h) for h in range(max(n, 2 * len(self._host_ids))))
+        return self._host_ids[:n]
+
+    def _lease(self, rec: LeaseRecord, name: str, device_type: str, hosts: int, addresses: tuple[str, ...]) -> SliceLease:
+        lease = SliceLease(name=name, device_type=device_type, hosts=hosts, host_addresses=addresses, handle=rec)
+        rec.lease = lease
+        self._held[rec] = None
+        if self.record:
+            self.leases.append(rec)
+        return lease
+
+    def release(self, leases: list[SliceLease]) -> None:
+        now = self.clock.now()
+        for lease in leases:
+            rec = self._record_of(lease)
+            rec.released += 1
+            if rec.released > 1:
+                self.violations.append(f"lease {lease.name} (attempt {rec.attempt}) released {rec.released} times")
+                continue
+            rec.released_at = now
+            self._held.pop(rec, None)
+            ready = self._ready
+            for host in rec.runs:
+                if not host.reported and not host.cancelled:
+                    if host.state == "running":
+                        what = "was still running"
+                    else:
+                        what = f"had ended ({host.kind.value if host.kind else '?'}) but was never reported"
+                    self.violations.append(
+                        f"attempt {host.attempt}: slice {host.slice_index} ({lease.name}) host {host.host_index} "
+                        f"{what} when its slice was released, and was not cancelled"
+                    )
+                if host.state == "running":  # keep the books straight: the host is gone with the slice
+                    self._end(host, HostOutcomeKind.CANCELLED)
+                if ready:
+                    ready.pop(host, None)
+            sl = rec.slice
+            if sl is not None:
+                if sl.state == "held" and sl.incarnation == rec.incarnation:
+                    sl.lease = None
+                    self._set_state(sl, "free")
+            if not self.record:
+                rec.runs = []
+
+    def was_preempted(self, lease: SliceLease) -> bool:
+        """Whether the slice was preempted while this lease held it (the cloud metadata probe)."""
+        return self._record_of(lease).preempted
+
+    def _record_of(self, lease: SliceLease) -> LeaseRecord:
+        rec = lease.handle
+        if not isinstance(rec, LeaseRecord):
+            raise ValueError(f"lease {lease!r} was not acquired from this InMemorySliceProvider")
+        return rec
+
+    # -------------------------------------------------------------------------------------- hosts
+
+    def _script_for(self, attempt: int, s: int, h: int) -> HostScript:
+        if self.script is None:
+            return self._default_script
+        got = self.script(attempt, s, h)
+        if isinstance(got, HostScript):
+            return got
+        if got is None or got == "HANG":
+            return HANG
+        try:
+            return self._kind_scripts[got]
+        except KeyError:
+            raise ValueError(
+                f"script({attempt}, {s}, {h}) returned {got!r}; expected a HostScript, "
+                f"'SUCCEEDED'/'FAILED'/'PREEMPTED' (or a HostOutcomeKind), or None/'HANG'"
+            ) from None
+
+    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+        self.start_calls += 1
+        rec = self._record_of(lease)
+        if rec.released:
+            self.violations.append(f"start() on {lease.name} after it was released")
+        if len(env_per_host) != lease.hosts:
+            self.violations.append(f"start() on {lease.name} got {len(env_per_host)} envs for {lease.hosts} hosts")
+        first = env_per_host[0] if env_per_host else {}
+        attempt = int(first.get("FRAY_ATTEMPT", -1))
+        s = int(first.get("FRAY_SLICE_ID", 0))
+        job_id = first.get("FRAY_JOB_ID", "")
+        rec.attempt = attempt
+        clock = self.clock
+        now = clock.now()
+        runs = []
+        new: list[RunRecord] = []
+        running = self._running
+        push = clock._push
+        lost = rec.preempted  # the slice went away between acquire and start
+        for h, env in enumerate(env_per_host):
+            plan = self._script_for(attempt, s, h)
+            host = RunRecord(rec, attempt, job_id, s, h, env, plan, now)
+            run = HostRun(lease=lease, slice_index=s, host_index=h, handle=host)
+            host.run = run
+            new.append(host)
+            running[host] = None
+            if lost:
+                self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
+            elif plan.kind is not None:
+                push(now + plan.after, self._due, host)
+            runs.append(run)
+        rec.runs.extend(new)
+        self.hosts_started += len(new)
+        if self.record:
+            self.runs.extend(new)
+        return runs
+
+    def _due(self, host: RunRecord) -> None:
+        if host.state != "running":
+            return
+        plan = host.script
+        kind = plan.kind
+        if kind is HostOutcomeKind.SUCCEEDED:
+            result = plan.result if plan.result is not DEFAULT else (host.attempt, host.slice_index, host.host_index)
+            self._end(host, kind, result=result)
+        elif kind is HostOutcomeKind.FAILED:
+            self._end(host, kind, error=plan.error or self._failure_text(host))
+        else:
+            restore = plan.restore_after if plan.restore_after is not DEFAULT else self.restore_after
+            self._preempt_lease(host.lease, restore)
+
+    @staticmethod
+    def _failure_text(host: RunRecord) -> str:
+        where = f"attempt {host.attempt} slice {host.slice_index} host {host.host_index}"
+        return (
+            f"RuntimeError: scripted failure on {where}\n"
+            f"Traceback (most recent call last):\n  File \"<simulated host>\", line 1, in <module>\n"
+            f"RuntimeError: scripted failure on {where}\n"
+        )
+
+    def _end(self, host: RunRecord, kind: HostOutcomeKind, result: Any = None, error: str | None = None) -> None:
+        host.state = "ended"
+        host.kind = kind
+        host.result = result
+        host.error = error
+        host.ended_at = self.clock.now()
+        del self._running[host]
+        if not host.reported:
+            self._ready[host] = None
+
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
+        clock = self.clock
+        deadline = clock.now() + max(0.0, timeout)
+        idled = False
+        wanted: set[HostRun] | None = None
+        while True:
+            if self._ready:
+                if wanted is None:
+                    wanted = set(runs)
+                got = [h for h in self._ready if h.run in wanted]
+                if got:
+                    ready = self._ready
+                    out = []
+                    for h in got:
+                        del ready[h]
+                        h.reported = True
+                        h.report_seq = next(self._report_seq)
+                        out.append(HostOutcome(h.run, h.kind, h.result, h.error))  # type: ignore[arg-type]
+                    return out
+            if self.on_idle is not None and not idled:
+                idled = True
+                self.on_idle(self)
+                continue
+            if clock.now() >= deadline:
+                return []
+            due = clock.next_due()
+            clock.advance_to(deadline if due is None or due > deadline else due)
+            idled = False
+
+    def cancel(self, runs: list[HostRun]) -> None:
+        for run in runs:
+            host = run.handle
+            host.cancelled = True
+            if host.state == "running":
+                self._end(host, HostOutcomeKind.CANCELLED)
+
+    # ------------------------------------------------------------------------------ driving it
+
+    def running_runs(self) -> list[HostRun]:
+        """The host runs still running, in start order."""
+        return [h.run for h in self._running]
+
+    def held_leases(self) -> list[SliceLease]:
+        """The leases acquired and not yet released."""
+        return [r.lease for r in self._held]
+
+    def finish(self, run: HostRun, kind: HostOutcomeKind | str, *, result: Any = DEFAULT, error: str | None = None,
+               restore_after: Any = DEFAULT) -> None:
+        """End a running host now. PREEMPTED preempts its whole slice (see :meth:`preempt`)."""
+        host: RunRecord = run.handle
+        if host.state != "running":
+            raise ValueError(f"{host!r} is not running")
+        plan = HostScript(kind, after=0.0, result=result, error=error, restore_after=restore_after)
+        if plan.kind is None:
+            raise ValueError("finish(): kind must be SUCCEEDED, FAILED or PREEMPTED, not a hang")
+        host.script = plan
+        self._due(host)
+
+    def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
+        """Preempt a slice now: every host of it still running ends PREEMPTED, the lease holding it goes
+        stale, and a fresh incarnation is free again after ``restore_after`` seconds (``None``: gone)."""
+        sl = self._slice(slice_name)
+        if sl.state in ("down", "gone"):
+            return
+        lease = sl.lease
+        self.slice_preemptions += 1
+        sl.incarnation += 1
+        sl.lease = None
+        self._set_state(sl, "gone" if restore_after is None else "down")
+        if lease is not None:
+            err = f"Preempted: slice {slice_name} was preempted"
+            for host in lease.runs:
+                if host.state == "running":
+                    self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+        if restore_after is not None:
+            if restore_after <= 0:
+                self._restore_down(sl)
+            else:
+                self.clock._push(self.clock.now() + restore_after, self._restore_down, sl)
+
+    def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
+        if rec.slice is not None and not rec.preempted:
+            self.preempt(rec.slice.name, restore_after)
+            return
+        err = f"Preempted: slice {rec.lease.name} was preempted"
+        for host in rec.runs:
+            if host.state == "running":
+                self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+
+    def _restore_down(self, sl: _Slice) -> None:
+        if sl.state == "down":
+            self._set_state(sl, "free")
+
+    def remove(self, slice_name: str) -> None:
+        """Capacity loss: the slice is gone (preempted with no return) until :meth:`restore`."""
+        self.preempt(slice_name, restore_after=None)
+
+    def restore(self, slice_name: str) -> None:
+        """Bring a down or gone slice back now, as a fresh incarnation."""
+        sl = self._slice(slice_name)
+        if sl.state in ("down", "gone"):
+            self._set_state(sl, "free")
+
+    def occupy(self, slice_name: str) -> None:
+        """Another job takes a free slice (it counts as busy) until :meth:`vacate`."""
+        sl = self._slice(slice_name)
+        if sl.state != "free":
+            raise ValueError(f"occupy({slice_name!r}): the slice is {sl.state}, only a free slice can be occupied")
+        self._set_state(sl, "occupied")
+
+    def vacate(self, slice_name: str) -> None:
+        """The other job gives the slice back."""
+        sl = self._slice(slice_name)
+        if sl.state == "occupied":
+            self._set_state(sl, "free")
+
+    # ---------------------------------------------------------------------------------- checking
+
+    def runs_of(self, attempt: int, job_id: str | None = None) -> list[RunRecord]:
+        """The recorded host runs of one attempt, in (slice, host) order of start."""
+        return [r for r in self.runs if r.attempt == attempt and (job_id is None or r.job_id == job_id)]
+
+    def lease_groups(self) -> list[list[LeaseRecord]]:
+        """The recorded leases, one list per successful ``acquire`` call, in order."""
+        groups: dict[int, list[LeaseRecord]] = {}
+        for rec in self.leases:
+            groups.setdefault(rec.group, []).append(rec)
+        return list(groups.values())
+
+    def problems(self) -> list[str]:
+        """Every broken invariant so far; ``[]`` when the runner kept them all.
+
+        Meant to be read after ``run()`` returned: leases still held and hosts still running are then
+        leaks.
+        """
+        out = list(self.violations)
+        for rec in self._held:
+            out.append(f"lease {rec.lease.name} (attempt {rec.attempt}) was acquired and never released")
+        for host in self._running:
+            out.append(
+                f"attempt {host.attempt}: slice {host.slice_index} ({host.lease.lease.name}) host "
+                f"{host.host_index} is still running"
+            )
+        return out
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` listing :meth:`problems`, if any."""
+        probs = self.problems()
+        if probs:
+            raise AssertionError("InMemorySliceProvider found broken invariants:\n  " + "\n  ".join(probs))
+
