@@ -1,1 +1,40 @@
-"""fray_ray: the Ray backend (RayCluster)."""
+"""fray_ray: the Ray backend.
+
+    from fray_ray import RayCluster
+    cluster = RayCluster(address="auto")        # or FRAY_CLUSTER_SPEC=ray and current_cluster()
+
+``fray_ray.testing.fake_tpu_cluster({"v4-16": 2})`` starts an emulated multi-node TPU cluster on one machine.
+Submodules load on first use, so ``import fray_ray`` does not import ray by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fray_ray.cluster import DEFAULT_RAY_POLICY, RayCluster
+    from fray_ray.context import RayJobContext
+    from fray_ray.provider import RaySliceProvider
+
+__all__ = ["DEFAULT_RAY_POLICY", "RayCluster", "RayJobContext", "RaySliceProvider"]
+
+_LAZY = {
+    "DEFAULT_RAY_POLICY": "fray_ray.cluster",
+    "RayCluster": "fray_ray.cluster",
+    "RayJobContext": "fray_ray.context",
+    "RaySliceProvider": "fray_ray.provider",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,3 +11,13 @@ import pytest
 def _isolated_jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Never write job records into the developer's real cache from tests."""
     os.environ["FRAY_JOBS_DIR"] = str(tmp_path_factory.mktemp("fray-jobs"))
+
+
+@pytest.fixture(scope="session")
+def ray_tpu_cluster(_isolated_jobs_dir: None):  # type: ignore[no-untyped-def]
+    """One emulated Ray TPU cluster (head + 2 x v4-16 = 4 emulated hosts) for the whole session."""
+    pytest.importorskip("ray")
+    from fray_ray.testing import fake_tpu_cluster
+
+    with fake_tpu_cluster({"v4-16": 2}) as fake:
+        yield fake

@@ -1,0 +1,98 @@
+"""The job context on Ray: ``run`` is a Ray task, ``create_actor`` a Ray actor.
+
+Example (inside a job, or any process connected to Ray)::
+
+    ctx = fray_job_ctx()                  # a RayJobContext when the current cluster is Ray
+    ctx.get(ctx.run(pow, 3, 2))           # 9, computed in a Ray task
+    counter = ctx.create_actor(Counter, name="counter", get_if_exists=True)
+    ctx.get(counter.incr.remote())
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+
+from fray_core.context import JobContext
+from fray_core.errors import WaitTimeoutError
+
+__all__ = ["RayJobContext"]
+
+
+class RayJobContext(JobContext):
+    """Tasks and actors on the connected Ray cluster. Actor handles are Ray's own
+    (``handle.method.remote(...)`` returns an ``ObjectRef``)."""
+
+    def __init__(self, namespace: str = "fray", non_preemptible_resource: str = "node:__internal_head__") -> None:
+        self.namespace = namespace
+        self.non_preemptible_resource = non_preemptible_resource
+        self._remote_fns: dict[Any, Any] = {}
+        self._lock = threading.Lock()
+
+    def _remote(self, fn: Callable[..., Any]) -> Any:
+        with self._lock:
+            try:
+                return self._remote_fns[fn]
+            except KeyError:
+                remote = self._remote_fns[fn] = ray.remote(fn)
+                return remote
+            except TypeError:  # unhashable callable
+                return ray.remote(fn)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ray.ObjectRef:
+        if not callable(fn):
+            raise TypeError(f"run: expected a callable, got {fn!r}")
+        return self._remote(fn).remote(*args, **kwargs)
+
+    def get(self, futures: Any, timeout: float | None = None) -> Any:
+        is_ref = isinstance(futures, ray.ObjectRef) or (
+            isinstance(futures, (list, tuple)) and all(isinstance(f, ray.ObjectRef) for f in futures)
+        )
+        if not is_ref:
+            if isinstance(futures, (list, tuple)):
+                return [self.get(f, timeout) for f in futures]
+            return futures
+        try:
+            return ray.get(list(futures) if isinstance(futures, tuple) else futures, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise WaitTimeoutError(f"get: not ready after {timeout}s") from None
+
+    def wait(
+        self, futures: Sequence[Any], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        futures = list(futures)
+        if not 0 <= num_returns <= len(futures):
+            raise ValueError(f"wait: num_returns must be between 0 and {len(futures)}, got {num_returns}")
+        if not futures or num_returns == 0:
+            return [], futures
+        ready, not_ready = ray.wait(futures, num_returns=num_returns, timeout=timeout)
+        return list(ready), list(not_ready)
+
+    def put(self, obj: Any) -> ray.ObjectRef:
+        return ray.put(obj)
+
+    def create_actor(
+        self,
+        cls: type,
+        *args: Any,
+        name: str | None = None,
+        get_if_exists: bool = False,
+        preemptible: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        opts: dict[str, Any] = {"num_cpus": 0}
+        if name is not None:
+            opts.update(name=name, namespace=self.namespace, get_if_exists=get_if_exists)
+            if not get_if_exists:
+                try:
+                    ray.get_actor(name, namespace=self.namespace)
+                except ValueError:
+                    pass
+                else:
+                    raise ValueError(f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it")
+        if not preemptible:
+            opts["resources"] = {self.non_preemptible_resource: 0.001}
+        return ray.remote(cls).options(**opts).remote(*args, **kwargs)

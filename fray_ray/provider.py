@@ -1,0 +1,369 @@
+"""The Ray ``SliceProvider``: whole TPU slices through placement groups, one Ray task per host.
+
+A TPU slice is reserved in two phases, for every slice of the attempt at once:
+
+1. a placement group holding the slice's ``TPU-<type>-head`` resource on worker 0 (label selector
+   ``ray.io/tpu-worker-id=0`` and ``ray.io/tpu-pod-type``): this claims one slice and tells its name;
+2. a placement group with one ``{"TPU": chips_per_host}`` bundle per host, bundle ``h`` bound by label
+   selector to ``ray.io/tpu-slice-name=<name>`` and ``ray.io/tpu-worker-id=h``.
+
+The head group is held until release, so a slice that is ours never looks free to another job. Host ``h``
+runs on bundle ``h``: ``TPU_WORKER_ID`` we set is the node's own worker id. This is what
+``ray.util.tpu.SlicePlacementGroup`` does, done for all slices in parallel, for single-host slices too, and
+with bundles tied to worker ids (see docs/design.md for why we do not call it directly).
+
+Host tasks are submitted by the supervisor actor (on a non-TPU node), so a lost node surfaces as
+``NodeDiedError`` within about a second. Outcomes are classified by exception type only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import cloudpickle
+import ray
+import ray.exceptions as rex
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from fray_core.errors import Unschedulable
+from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.tpu import get_tpu_spec
+from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
+from fray_ray._host import HostConfig, HostPreemptedError, run_host
+
+__all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
+
+#: Errors that mean the host (or the process that owned its task) went away: infrastructure, retryable.
+PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
+    rex.NodeDiedError,
+    rex.OwnerDiedError,
+    rex.ActorDiedError,
+    rex.ActorUnavailableError,
+    rex.WorkerCrashedError,
+    rex.ObjectLostError,
+    rex.LocalRayletDiedError,
+)
+
+_host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
+WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
+POD_TYPE_LABEL = "ray.io/tpu-pod-type"
+RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
+
+
+@attrs.define(eq=False)
+class _Reservation:
+    """The placement groups behind one lease; ``remove`` is idempotent."""
+
+    groups: list[PlacementGroup]
+    removed: bool = False
+
+    def remove(self) -> None:
+        if self.removed:
+            return
+        self.removed = True
+        for pg in self.groups:
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                pass  # already removed (e.g. its creator died); nothing left to free
+
+
+@attrs.define(eq=False)
+class _Task:
+    ref: Any
+    cancelled: bool = False
+    reported: bool = False
+
+
+def _node_table() -> dict[str, dict[str, Any]]:
+    return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+
+
+def _bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
+    return {int(k): v for k, v in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
+
+
+class RaySliceProvider:
+    """One job's slices and host tasks on Ray. Runs inside the job's supervisor actor.
+
+    ``non_preemptible_resource``: a resource only non-preemptible nodes have (default: Ray's head-node
+    marker), requested by CPU/GPU gangs with ``preemptible=False``.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        host_config: HostConfig,
+        runtime_env: dict[str, Any] | None = None,
+        non_preemptible_resource: str = "node:__internal_head__",
+        autoscaling: bool = False,
+    ) -> None:
+        self.job_id = job_id
+        self.host_config = host_config
+        self.runtime_env = runtime_env or None
+        self.non_preemptible_resource = non_preemptible_resource
+        self.autoscaling = autoscaling
+        self._entry: tuple[int, Any] | None = None
+        self._max_slices_seen: dict[str, int] = {}
+        self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
+        self._lock = threading.Lock()
+        self._pg_seq = itertools.count()  # placement group names must be unique among live groups
+
+    # ------------------------------------------------------------------------------------- acquire
+
+    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        if isinstance(resources.device, TpuConfig):
+            return self._acquire_tpu(resources.device, counts, deadline)
+        return [self._acquire_gang(resources, deadline)]
+
+    def _slices(self, tpu_type: str) -> tuple[int, int]:
+        """(slices of this type in the cluster, slices whose head is free now)."""
+        spec = get_tpu_spec(tpu_type)
+        total = sum(
+            1
+            for n in _node_table().values()
+            if (n.get("Labels") or {}).get(POD_TYPE_LABEL) == spec.name and (n.get("Labels") or {}).get(WORKER_ID_LABEL) == "0"
+        )
+        free = int(ray.available_resources().get(spec.head_resource, 0))
+        return total, min(free, total)
+
+    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        spec = get_tpu_spec(tpu.type)
+        total, free = self._slices(spec.name)
+        seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
+        asked = "/".join(map(str, counts))
+        if min(counts) > seen and not self.autoscaling:
+            raise Unschedulable(
+                f"asked: {asked} x {spec.name}; the Ray cluster has {seen} slice(s) of {spec.name} in all "
+                "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
+                permanent=True,
+            )
+        fitting = [c for c in counts if c <= free]
+        if not fitting:
+            self._sleep_until(deadline)
+            raise Unschedulable(f"asked: {asked} x {spec.name}; cluster has: {free} free, {total - free} busy")
+        count = fitting[0]
+        wait_until = max(deadline, time.monotonic() + RESERVE_GRACE)
+        heads = [
+            placement_group(
+                [{spec.head_resource: 1}],
+                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name}],
+                name=f"fray-{self.job_id}-head-{next(self._pg_seq)}",
+            )
+            for _ in range(count)
+        ]
+        groups: list[PlacementGroup] = list(heads)
+        try:
+            if not self._ready(heads, wait_until):
+                raise Unschedulable(f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster has: {free} free, {total - free} busy")
+            nodes = _node_table()
+            names = []
+            for head in heads:
+                node = nodes.get(_bundle_nodes(head).get(0, ""), {})
+                name = (node.get("Labels") or {}).get(SLICE_NAME_LABEL)
+                if not name:
+                    raise Unschedulable(f"a {spec.name} slice head has no {SLICE_NAME_LABEL} label (node {node.get('NodeID')})")
+                names.append(name)
+            workers = [
+                placement_group(
+                    [{"TPU": float(spec.chips_per_host)}] * spec.hosts,
+                    strategy="SPREAD",
+                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h)} for h in range(spec.hosts)],
+                    name=f"fray-{self.job_id}-{name}-{next(self._pg_seq)}",
+                )
+                for name in names
+            ]
+            groups.extend(workers)
+            if not self._ready(workers, wait_until):
+                raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
+        except BaseException:
+            _Reservation(groups).remove()
+            raise
+        nodes = _node_table()
+        leases = []
+        for name, head, worker in zip(names, heads, workers):
+            bundle_nodes = _bundle_nodes(worker)
+            addrs = tuple(nodes.get(bundle_nodes.get(h, ""), {}).get("NodeManagerAddress", "") for h in range(spec.hosts))
+            leases.append(
+                SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(_Reservation([worker, head]), worker))
+            )
+        return leases
+
+    def _acquire_gang(self, resources: ResourceConfig, deadline: float) -> SliceLease:
+        """CPU/GPU: one placement group with a bundle per replica, kept pending across acquire rounds."""
+        n = resources.replicas if isinstance(resources.replicas, int) else max(resources.replicas)
+        bundle = self._gang_bundle(resources)
+        key = (n, tuple(sorted(bundle.items())))
+        with self._lock:
+            if self._pending_gang is None or self._pending_gang[0] != key:
+                if self._pending_gang is not None:
+                    _Reservation([self._pending_gang[1]]).remove()
+                pg = placement_group([dict(bundle)] * n, strategy="PACK", name=f"fray-{self.job_id}-gang-{next(self._pg_seq)}")
+                self._pending_gang = (key, pg)
+            pg = self._pending_gang[1]
+        if not self._ready([pg], deadline):
+            avail = ray.available_resources()
+            have = ", ".join(f"{k} {avail.get(k, 0):g}" for k in bundle)
+            raise Unschedulable(f"asked: {n} x {bundle}; cluster has free: {have}")
+        with self._lock:
+            self._pending_gang = None
+        nodes = _node_table()
+        bn = _bundle_nodes(pg)
+        addrs = tuple(nodes.get(bn.get(i, ""), {}).get("NodeManagerAddress", "") for i in range(n))
+        kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
+        return SliceLease(name="ray", device_type=kind, hosts=n, host_addresses=addrs, handle=(_Reservation([pg]), pg))
+
+    def _gang_bundle(self, resources: ResourceConfig) -> dict[str, float]:
+        bundle: dict[str, float] = {}
+        if resources.cpu:
+            bundle["CPU"] = float(resources.cpu)
+        if resources.ram:
+            bundle["memory"] = float(parse_size(resources.ram, "ResourceConfig.ram"))
+        if isinstance(resources.device, GpuConfig):
+            bundle["GPU"] = float(resources.device.count)
+        if not resources.preemptible:
+            bundle[self.non_preemptible_resource] = 0.001
+        return bundle
+
+    @staticmethod
+    def _ready(groups: list[PlacementGroup], until: float) -> bool:
+        refs = [pg.ready() for pg in groups]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, until - time.monotonic()))
+        return len(ready) == len(refs)
+
+    @staticmethod
+    def _sleep_until(deadline: float) -> None:
+        time.sleep(max(0.0, min(deadline - time.monotonic(), 1.0)))
+
+    def release(self, leases: list[SliceLease]) -> None:
+        for lease in leases:
+            if lease.handle is not None:
+                lease.handle[0].remove()
+
+    def close(self) -> None:
+        """Drop a gang reservation still pending when the job ended."""
+        with self._lock:
+            if self._pending_gang is not None:
+                _Reservation([self._pending_gang[1]]).remove()
+                self._pending_gang = None
+
+    # --------------------------------------------------------------------------------------- start
+
+    def _entry_ref(self, entrypoint: Entrypoint) -> Any:
+        if self._entry is None or self._entry[0] != id(entrypoint):
+            self._entry = (id(entrypoint), ray.put(cloudpickle.dumps(entrypoint)))
+        return self._entry[1]
+
+    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+        pg = lease.handle[1]
+        entry = self._entry_ref(entrypoint)
+        is_tpu = lease.device_type not in ("cpu", "gpu")
+        runs = []
+        for h, env in enumerate(env_per_host):
+            attempt, s = env["FRAY_ATTEMPT"], env["FRAY_SLICE_ID"]
+            if is_tpu:
+                tag, where = f"a{attempt} s{s}/h{h}", f"{lease.name} host {h}"
+                opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": float(get_tpu_spec(lease.device_type).chips_per_host)}}
+            else:
+                tag, where = f"a{attempt} r{env['FRAY_REPLICA_ID']}", f"replica {h}"
+                opts = self._gang_task_options(pg, h)
+            env = dict(env)
+            env["FRAY_CLUSTER_SPEC"] = "ray"  # tasks inside the job use Ray's job context
+            ref = _host_task.options(
+                max_retries=0,
+                retry_exceptions=False,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=h),
+                runtime_env=self.runtime_env,
+                name=f"fray:{self.job_id}:{tag}",
+                **opts,
+            ).remote(entry, env, tag, where, self.host_config)
+            runs.append(HostRun(lease=lease, slice_index=int(s), host_index=h, handle=_Task(ref)))
+        return runs
+
+    def _gang_task_options(self, pg: PlacementGroup, h: int) -> dict[str, Any]:
+        spec = placement_group_table(pg).get("bundles", {}).get(h, {})
+        opts: dict[str, Any] = {"num_cpus": spec.get("CPU", 0)}
+        if spec.get("memory"):
+            opts["memory"] = spec["memory"]
+        if spec.get("GPU"):
+            opts["num_gpus"] = spec["GPU"]
+        return opts
+
+    # ---------------------------------------------------------------------------------------- wait
+
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
+        live = [r for r in runs if not r.handle.reported]
+        if not live:
+            return []
+        by_ref = {r.handle.ref: r for r in live}
+        refs = list(by_ref)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout), fetch_local=False)
+        if not ready:
+            return []
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        out = []
+        for ref in ready:
+            run = by_ref[ref]
+            run.handle.reported = True
+            out.append(self._outcome(run))
+        return out
+
+    def _outcome(self, run: HostRun) -> HostOutcome:
+        task: _Task = run.handle
+        try:
+            value = ray.get(task.ref, timeout=60)
+        except rex.TaskCancelledError:
+            return HostOutcome(run, HostOutcomeKind.CANCELLED)
+        except rex.RayTaskError as e:
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)):
+                return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
+            if task.cancelled:
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(cause).__name__}: {cause}\n{_traceback_of(e)}")
+        except PREEMPTION_ERRORS as e:
+            return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
+        except rex.GetTimeoutError as e:
+            return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}")
+        except rex.RayError as e:  # runtime env setup, unschedulable task...: infrastructure of this attempt
+            if task.cancelled:
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(e).__name__}: {e}")
+        return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=value)
+
+    # -------------------------------------------------------------------------------------- cancel
+
+    def cancel(self, runs: list[HostRun]) -> None:
+        for r in runs:
+            if not r.handle.reported:
+                r.handle.cancelled = True
+                try:
+                    ray.cancel(r.handle.ref, force=True)
+                except Exception:
+                    pass  # already finished
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _traceback_of(e: rex.RayTaskError) -> str:
+    """The remote traceback, as Python printed it on the host (colour codes removed)."""
+    tb = _ANSI.sub("", getattr(e, "traceback_str", None) or str(e)).strip()
+    return tb if tb.startswith("Traceback") else f"Traceback (most recent call last, on the host):\n{tb}"
+
+
+def _first_lines(text: str, n: int = 3) -> str:
+    return "\n".join(text.strip().splitlines()[:n])
+
+
+def host_config_for(supervisor: Any, sys_path: Sequence[str], cwd: str, probe: Any, clean_lockfile: bool = True) -> HostConfig:
+    return HostConfig(sys_path=tuple(sys_path), cwd=cwd, supervisor=supervisor, preemption_probe=probe, clean_lockfile=clean_lockfile)
+

@@ -1,0 +1,142 @@
+"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs the fray_core runner.
+
+It is created by ``RayCluster.launch`` and starts the runner in its constructor (a thread), so no task of
+the launching process is in flight: the job outlives its launcher. It writes the job record and the log
+through the job store, takes ``stop`` and log lines from anyone, and removes itself when the job ended.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+import ray
+
+from fray_core.records import JobStore
+from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.types import JobInfo, JobRequest, JobStatus
+from fray_local.provider import LogSink
+from fray_ray._host import HostConfig
+from fray_ray.provider import RaySliceProvider
+
+__all__ = ["JobSupervisor", "supervisor_name"]
+
+LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
+
+
+def supervisor_name(job_id: str) -> str:
+    return f"fray-job-{job_id}"
+
+
+class JobSupervisor:
+    """Actor body (wrapped with ``ray.remote`` by the cluster). Methods other than the constructor are
+    served concurrently with the running job (a threaded actor)."""
+
+    def __init__(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> None:
+        for p in reversed(settings["sys_path"]):
+            if p not in sys.path and os.path.isdir(p):
+                sys.path.insert(0, p)
+        self.job_id = job_id
+        self.settings = settings
+        self.store = JobStore(settings["jobs_dir"])
+        self._log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
+        self.log = LogSink(self._log_path)
+        self._result_written = False
+        self._done = threading.Event()
+        try:
+            request: JobRequest = cloudpickle.loads(request_bytes)
+        except Exception as e:  # the user's module is not importable on the cluster
+            info = JobInfo.from_json(self.store.read(job_id))
+            info.status = JobStatus.FAILED
+            info.error = f"the job's request cannot be loaded on the Ray cluster: {type(e).__name__}: {e}"
+            info.finished_at = time.time()
+            self._persist(info)
+            self._thread = threading.Thread(target=self._exit, daemon=True)
+            self._thread.start()
+            return
+        env = request.environment
+        runtime_env: dict[str, Any] = {}
+        if env is not None and env.pip_packages:
+            runtime_env["pip"] = list(env.pip_packages)
+        if env is not None and env.workspace:
+            runtime_env["working_dir"] = env.workspace
+        me = ray.get_runtime_context().current_actor
+        host_config = HostConfig(
+            sys_path=tuple(settings["sys_path"]),
+            cwd=settings["cwd"],
+            supervisor=me,
+            preemption_probe=settings.get("preemption_probe"),
+        )
+        self.provider = RaySliceProvider(
+            job_id,
+            host_config,
+            runtime_env=runtime_env,
+            non_preemptible_resource=settings["non_preemptible_resource"],
+            autoscaling=settings.get("autoscaling", False),
+        )
+        info = JobInfo.from_json(self.store.read(job_id))
+        self.runner = GangRunner(
+            job_id, request, self.provider, policy=settings["policy"] or RetryPolicy(), on_change=self._persist, info=info
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"fray-supervisor-{job_id}")
+        self._thread.start()
+        if not self.store.is_local:
+            threading.Thread(target=self._upload_loop, daemon=True).start()
+
+    def _persist(self, info: JobInfo) -> None:
+        # The result goes first, so a reader that sees SUCCEEDED always finds it.
+        if info.status is JobStatus.SUCCEEDED and info.result is not None and not self._result_written:
+            self.store.write_result(self.job_id, info.result)
+            self._result_written = True
+        self.store.write(info, owner={"ray_actor": supervisor_name(self.job_id), "namespace": self.settings["namespace"]})
+
+    def _run(self) -> None:
+        try:
+            self.runner.run()
+        except BaseException as e:  # a bug here must not leave the job RUNNING forever
+            self.runner.info.status = JobStatus.FAILED
+            self.runner.info.error = f"internal error in the Ray supervisor: {type(e).__name__}: {e}"
+            self.runner.info.finished_at = time.time()
+            self._persist(self.runner.info)
+        finally:
+            self.provider.close()
+            self._exit()
+
+    def _exit(self) -> None:
+        self.log.close()
+        if not self.store.is_local:
+            self._upload()
+        self._done.set()
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+    def _upload(self) -> None:
+        try:
+            with open(self._log_path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
+                dst.write(src.read())
+        except OSError:
+            pass
+
+    def _upload_loop(self) -> None:
+        while not self._done.wait(LOG_UPLOAD_INTERVAL):
+            self._upload()
+
+    # ---------------------------------------------------------------------------- called by others
+
+    def stop(self) -> bool:
+        """Terminate the job: the runner cancels every host and releases every slice."""
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.stop()
+        return True
+
+    def append_log(self, tag: str, lines: list[str]) -> None:
+        for line in lines:
+            self.log.write(tag, line)
+
+    def ping(self) -> str:
+        return self.job_id
