@@ -357,6 +357,9 @@ class GangRunner:
             except Exception as e:  # a host that cannot even start: infrastructure, retryable
                 self._cancel_and_drain(runs, set(runs))
                 return AttemptOutcome.PREEMPTED, f"host start failed: {format_exception(e)}", None
+            if self.stopped:  # terminated before every host started (maybe none): not a success
+                self._cancel_and_drain(runs, set(runs))
+                return AttemptOutcome.CANCELLED, "terminated", None
             return self._watch(runs, leases)
         finally:
             self.provider.release(leases)
