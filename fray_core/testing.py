@@ -268,7 +268,7 @@ class LeaseRecord:
 
     __slots__ = (
         "lease", "slice", "incarnation", "runs", "released", "acquired_at", "released_at", "attempt",
-        "group", "counts", "free_before",
+        "group", "counts", "free_before", "lost",
     )  # fmt: skip
 
     def __init__(
@@ -285,6 +285,7 @@ class LeaseRecord:
         self.group = group
         self.counts = counts
         self.free_before = free_before
+        self.lost = False  # its slice was preempted while this lease held it
 
     @property
     def name(self) -> str:
@@ -292,8 +293,8 @@ class LeaseRecord:
 
     @property
     def preempted(self) -> bool:
-        """True when the slice was preempted (a new incarnation or gone) after this lease got it."""
-        return self.slice is not None and self.slice.incarnation != self.incarnation
+        """True when the slice was preempted while this lease held it (before its release)."""
+        return self.lost
 
     def __repr__(self) -> str:
         return f"<LeaseRecord {self.lease.name} attempt={self.attempt} released={self.released}>"
@@ -755,6 +756,7 @@ class InMemorySliceProvider:
         sl.lease = None
         self._set_state(sl, "gone" if restore_after is None else "down")
         if lease is not None:
+            lease.lost = True
             err = f"Preempted: slice {slice_name} was preempted"
             for host in lease.runs:
                 if host.state == "running":
@@ -766,9 +768,10 @@ class InMemorySliceProvider:
                 self.clock._push(self.clock.now() + restore_after, self._restore_down, sl)
 
     def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
-        if rec.slice is not None and not rec.preempted:
+        if rec.slice is not None and not rec.lost:
             self.preempt(rec.slice.name, restore_after)
             return
+        rec.lost = True
         err = f"Preempted: slice {rec.lease.name} was preempted"
         for host in rec.runs:
             if host.state == "running":
