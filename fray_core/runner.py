@@ -339,6 +339,8 @@ class GangRunner:
         except Unschedulable as e:
             if e.permanent:
                 raise
+            if self.stopped:  # terminated while waiting: the attempt was cancelled, not unschedulable
+                return AttemptOutcome.CANCELLED, "terminated while waiting for capacity", None
             return AttemptOutcome.UNSCHEDULABLE, f"Unschedulable: {e}", None
         if leases is None:
             return AttemptOutcome.CANCELLED, "terminated while waiting for capacity", None
