@@ -633,8 +633,10 @@ class InMemorySliceProvider:
         runs = []
         new: list[RunRecord] = []
         running = self._running
-        push = clock._push
         lost = rec.preempted  # the slice went away between acquire and start
+        # One clock event per distinct end time of this slice's hosts (not one per host): hosts due at the
+        # same instant end in host order, exactly as separate events pushed in that order would.
+        due: dict[float, list[RunRecord]] = {}
         for h, env in enumerate(env_per_host):
             plan = self._script_for(attempt, s, h)
             host = RunRecord(rec, attempt, job_id, s, h, env, plan, now)
@@ -645,13 +647,24 @@ class InMemorySliceProvider:
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
             elif plan.kind is not None:
-                push(now + plan.after, self._due, host)
+                when = now + plan.after
+                group = due.get(when)
+                if group is None:
+                    due[when] = group = []
+                group.append(host)
             runs.append(run)
+        push = clock._push
+        for when, group in due.items():
+            push(when, self._due_all, group)
         rec.runs.extend(new)
         self.hosts_started += len(new)
         if self.record:
             self.runs.extend(new)
         return runs
+
+    def _due_all(self, hosts: list[RunRecord]) -> None:
+        for host in hosts:
+            self._due(host)
 
     def _due(self, host: RunRecord) -> None:
         if host.state != "running":
