@@ -1,0 +1,267 @@
+"""levanter's ``run_on_pod`` family on Fray: same signatures, defaults and return shape, any backend.
+
+A call site changes only its import::
+
+    # from levanter.infra.ray_tpu import run_on_pod
+    from fray_core.compat.levanter import run_on_pod
+
+    results = run_on_pod(train_fn, "v4-16", num_slices=2, max_retries_failure=2)
+    # one entry per host, in (slice, host) order: [s0/h0, s0/h1, s1/h0, s1/h1]
+
+Each call is one Fray job (``JobRequest`` with ``TpuConfig(tpu_type)`` and ``replicas=num_slices``)
+launched on ``current_cluster()`` and waited for; the shared gang runner does levanter's loop: whole
+slices all-or-nothing, one process per host, ``MEGASCALE_*`` set for multislice, every host of every
+slice restarted on any failure or preemption, separate budgets (``max_retries_failure=N``: at most N+1
+failed attempts; ``max_retries_preemption=N``: at most N+1 preempted ones, as in levanter).
+
+Differences from levanter, on purpose:
+
+- ``remote_fn`` may be a plain function or a ``@ray.remote`` function; the latter is unwrapped to its
+  Python function (``RemoteFunction._function``) without importing ray. Its ``runtime_env`` env_vars/pip
+  carry over; ``num_cpus``/``memory``/``resources``/``max_calls`` do not (levanter overrode them for host
+  tasks too; every Fray host is a fresh process, which is what ``max_calls=1`` was for).
+- Failures raise :class:`PodJobError` (a ``RuntimeError`` and a ``fray_core.JobFailedError``, with
+  ``.info``). When the user's code failed, the error is also an instance of the user's exception class
+  when that class can be found (like Ray's ``RayTaskError(ValueError)``), so ``except ValueError`` keeps
+  working; the remote traceback is in the message and in ``.cause``.
+- ``run_on_pod_multislice`` returns values (a flat list), not ``ObjectRef``s.
+- Interrupting the wait (Ctrl-C) terminates the job, so slices are not held by an orphan.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fray_core.cluster import current_cluster
+from fray_core.compat.ray_resources import environment_from_runtime_env
+from fray_core.errors import JobFailedError
+from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig, TpuConfig
+
+__all__ = [
+    "PodJobError",
+    "run_on_pod",
+    "run_on_pod_multislice",
+    "run_on_pod_multislice_resumable",
+    "run_on_pod_resumable",
+    "unwrap_remote_function",
+]
+
+
+class PodJobError(JobFailedError, RuntimeError):
+    """A ``run_on_pod*`` job did not succeed. ``.info`` is the final ``JobInfo``; ``.cause`` the last
+    attempt's error text (exception and remote traceback of the first host that failed)."""
+
+    def __init__(self, message: str, info: JobInfo | None = None, cause: str | None = None) -> None:
+        JobFailedError.__init__(self, message, info)
+        self.cause = cause
+
+    def __str__(self) -> str:  # not the user's __str__ when this is also an instance of their class
+        return str(self.args[0]) if self.args else ""
+
+
+def unwrap_remote_function(remote_fn: Any) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """``(python_function, ray_options)`` for a ``@ray.remote`` function, ``(fn, {})`` for a plain callable.
+
+    Duck-typed on Ray's ``RemoteFunction`` (``_function`` and ``_default_options``), so ray is never
+    imported. ``f.bind()`` nodes, ``f.options(...)`` wrappers and actor classes are rejected with a hint.
+
+    >>> unwrap_remote_function(len)
+    (<built-in function len>, {})
+    """
+    kind = type(remote_fn).__name__
+    if kind in ("FunctionNode", "ClassNode", "ClassMethodNode"):
+        raise ValueError(
+            "remote_fn: expected a Ray remote function or a plain function, not a FunctionNode. Don't use bind."
+        )
+    inner = getattr(remote_fn, "_function", None)
+    options = getattr(remote_fn, "_default_options", None)
+    if inner is not None and callable(inner) and isinstance(options, dict):
+        return inner, dict(options)
+    if kind.startswith("ActorClass"):
+        raise TypeError(f"remote_fn: expected a function, got the actor class {remote_fn!r}")
+    if kind == "FuncWrapper" or (hasattr(remote_fn, "remote") and not callable(remote_fn)):
+        raise TypeError(
+            "remote_fn: got the result of f.options(...), whose function Ray hides; pass the @ray.remote "
+            "function itself (or the plain function)"
+        )
+    if not callable(remote_fn):
+        raise TypeError(f"remote_fn: expected a callable or a @ray.remote function, got {remote_fn!r}")
+    return remote_fn, {}
+
+
+def _validate_num_slices(num_slices: Any) -> int | tuple[int, ...]:
+    ok_int = isinstance(num_slices, int) and not isinstance(num_slices, bool) and num_slices > 0
+    ok_seq = (
+        isinstance(num_slices, (list, tuple))
+        and len(num_slices) > 0
+        and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in num_slices)
+    )
+    if not (ok_int or ok_seq):
+        raise ValueError(
+            "num_slices must be a positive integer or non-empty list of positive integers, "
+            f"but instead it was {num_slices!r}"
+        )
+    return num_slices if ok_int else tuple(num_slices)
+
+
+def _budget(name: str, value: Any) -> int:
+    # levanter's older defaults were floats (1e6); JobRequest wants ints
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
+    return value
+
+
+def _job_name(fn: Callable[..., Any], tpu_type: str) -> str:
+    base = getattr(fn, "__name__", None) or type(fn).__name__
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"run-on-pod-{base}-{tpu_type}").strip("-")
+
+
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def _user_exception_class(cause: str | None) -> type[BaseException] | None:
+    """The class of the user's exception named in an ``Attempt.cause``, if this process has it loaded.
+
+    The last unindented ``Name: message`` line of the traceback names it (module-qualified unless it is a
+    builtin or from ``__main__``). Modules are looked up, never imported.
+    """
+    if not cause:
+        return None
+    for line in reversed(cause.splitlines()):
+        if not line or line[0].isspace():
+            continue
+        m = _EXC_LINE.match(line)
+        if not m:
+            continue
+        name = m.group(1)
+        module, _, qual = name.rpartition(".")
+        candidates = [sys.modules.get(module)] if module else [builtins, sys.modules.get("__main__")]
+        for mod in candidates:
+            obj: Any = mod
+            for part in (qual or name).split("."):
+                obj = getattr(obj, part, None) if obj is not None else None
+            if isinstance(obj, type) and issubclass(obj, Exception):
+                return obj
+    return None
+
+
+def _error_for(info: JobInfo) -> PodJobError:
+    """The exception a failed job raises, modelled on what levanter raised."""
+    last = info.attempts[-1] if info.attempts else None
+    cause = last.cause if last else None
+    if info.status is JobStatus.STOPPED:
+        return PodJobError(f"TPU job {info.job_id} was terminated before it finished", info, cause)
+    if last is not None and last.outcome is not None and last.outcome.value == "FAILED":
+        # levanter re-raised the remote error itself; keep its type where we can
+        message = f"TPU job {info.job_id} failed: {info.error}\n{cause or ''}".rstrip()
+        user_cls = _user_exception_class(cause)
+        if user_cls is not None and not issubclass(user_cls, PodJobError):
+            try:
+                cls = type(f"PodJobError({user_cls.__name__})", (PodJobError, user_cls), {"__module__": __name__})
+                return cls(message, info, cause)
+            except Exception:  # layout conflicts, or an __init__ that wants other arguments
+                pass
+        return PodJobError(message, info, cause)
+    if info.preemptions and "preempted" in (info.error or ""):
+        return PodJobError(f"TPU job was preempted too many times: {info.error}", info, cause)
+    return PodJobError(f"TPU job {info.job_id} ended {info.status.value}: {info.error or 'no error text'}", info, cause)
+
+
+def run_on_pod(
+    remote_fn: Callable[..., Any],
+    tpu_type: str,
+    *,
+    num_slices: int | Sequence[int] = 1,
+    max_retries_preemption: int = 10000,
+    max_retries_failure: int = 10,
+) -> list[Any]:
+    """Run ``remote_fn()`` on every host of ``num_slices`` slices of ``tpu_type`` until it succeeds;
+    returns its results, one per host, in (slice, host) order.
+
+    ``num_slices`` may be a list of acceptable counts (``[1, 2]``: the largest that fits wins).
+    Blocks until the job ends; raises :class:`PodJobError` when a budget is exhausted.
+
+    >>> run_on_pod(lambda: 1, "v4-16", num_slices=2)  # doctest: +SKIP
+    [1, 1, 1, 1]
+    """
+    counts = _validate_num_slices(num_slices)
+    fn, options = unwrap_remote_function(remote_fn)
+    runtime_env = options.get("runtime_env")
+    request = JobRequest(
+        name=_job_name(fn, tpu_type),
+        entrypoint=Entrypoint(callable=fn),
+        resources=ResourceConfig(device=TpuConfig(type=tpu_type), replicas=counts),
+        environment=environment_from_runtime_env(dict(runtime_env) if runtime_env else None),
+        max_retries_preemption=_budget("max_retries_preemption", max_retries_preemption),
+        max_retries_failure=_budget("max_retries_failure", max_retries_failure),
+    )
+    cluster = current_cluster()
+    job_id = cluster.launch(request)
+    try:
+        info = cluster.wait(job_id, raise_on_failure=True)
+    except JobFailedError as e:
+        final = e.info if isinstance(e.info, JobInfo) else cluster.poll(job_id)
+        raise _error_for(final) from None
+    except BaseException:  # Ctrl-C or a timeout around us: do not leave slices held by an orphan job
+        with contextlib.suppress(Exception):
+            cluster.terminate(job_id)
+        raise
+    return list(info.result or [])
+
+
+def run_on_pod_resumable(
+    remote_fn: Callable[..., Any],
+    tpu_type: str,
+    max_retries_preemption: int = 1_000_000,
+    max_retries_failure: int = 10,
+) -> list[Any]:
+    """:func:`run_on_pod` on one slice with levanter's "resumable" defaults (a practically unlimited
+    preemption budget). The whole run is retried; resuming from a checkpoint is the function's job.
+
+    >>> run_on_pod_resumable(train, "v4-16", max_retries_failure=2)  # doctest: +SKIP
+    """
+    return run_on_pod(
+        remote_fn,
+        tpu_type,
+        num_slices=1,
+        max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure,
+    )
+
+
+def run_on_pod_multislice(
+    remote_fn: Callable[..., Any], tpu_type: str, num_slices: int | Sequence[int]
+) -> list[Any]:
+    """One attempt on ``num_slices`` slices (no retries), as levanter's ``run_on_pod_multislice``; returns
+    the values, one per host in (slice, host) order (levanter returned ``ObjectRef``s).
+
+    >>> run_on_pod_multislice(train, "v4-16", 2)  # doctest: +SKIP
+    """
+    return run_on_pod(remote_fn, tpu_type, num_slices=num_slices, max_retries_failure=0, max_retries_preemption=0)
+
+
+def run_on_pod_multislice_resumable(
+    remote_fn: Callable[..., Any],
+    tpu_type: str,
+    num_slices: int | Sequence[int],
+    max_retries_preemption: int = 1_000_000,
+    max_retries_failure: int = 10,
+) -> list[Any]:
+    """:func:`run_on_pod` on ``num_slices`` slices with levanter's "resumable" defaults.
+
+    >>> run_on_pod_multislice_resumable(train, "v4-16", [1, 2], max_retries_failure=1)  # doctest: +SKIP
+    """
+    return run_on_pod(
+        remote_fn,
+        tpu_type,
+        num_slices=num_slices,
+        max_retries_preemption=max_retries_preemption,
+        max_retries_failure=max_retries_failure,
+    )
