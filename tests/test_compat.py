@@ -232,6 +232,24 @@ def test_bad_arguments_fail_before_anything_runs(local_cluster: LocalCluster) ->
     assert len(run_on_pod(host_env, TPU, max_retries_preemption=1e6, max_retries_failure=10.0)) == 2  # type: ignore[arg-type]
 
 
+def test_a_request_that_never_fits_raises(local_cluster: LocalCluster) -> None:
+    with pytest.raises(PodJobError, match="can never fit") as err:
+        run_on_pod(host_env, TPU, num_slices=3)  # the fleet has 2 x v4-16
+    assert not isinstance(err.value, ValueError) and err.value.info.status.value == "FAILED"
+
+
+def test_an_interrupted_wait_terminates_the_job(local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted_wait(job_id: str, *args: Any, **kwargs: Any) -> None:
+        wait_for(lambda: len(markers(tmp_path, 0)) == 2, what="the job's hosts to start")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local_cluster, "wait", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        run_on_pod(functools.partial(wait_for_release, str(tmp_path)), TPU)
+    (job,) = local_cluster.list_jobs()
+    assert job.status.value == "STOPPED"  # terminate() returned after every host was stopped
+
+
 class _FakeRemoteFunction:
     """Ray's RemoteFunction, as far as the compat layer looks at it."""
 
@@ -437,3 +455,14 @@ def test_runtime_env_to_environment(tmp_path: Path) -> None:
         environment_from_runtime_env({"conda": "env.yaml"})
     with pytest.raises(ValueError, match=r"working_dir.*only a local directory"):
         environment_from_runtime_env({"working_dir": "gs://bucket/code.zip"})
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import fray_core.compat.levanter
+    import fray_core.compat.ray_resources
+
+    for module in (fray_core.compat.ray_resources, fray_core.compat.levanter):
+        failed, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert failed == 0, module.__name__
