@@ -1,0 +1,235 @@
+"""Every code block in docs/*.md is executed (or at least compiled) by these tests.
+
+The convention, for anyone writing docs:
+
+- ```python blocks run. All of them in one docs file are concatenated, in order, into one script that runs in
+  a fresh subprocess (cwd: a temp dir, ``FRAY_JOBS_DIR``: a temp dir, ``FRAY_CLUSTER_SPEC`` unset), with a
+  timeout. Assert what you claim (``assert info.status == JobStatus.SUCCEEDED``), so the docs stay true.
+- ```python file=NAME blocks are written to NAME in that temp dir before anything runs (and compiled when
+  NAME ends in .py), for shell commands such as ``fray launch train:main`` or ``python -m pytest test_x.py``.
+- ```python before-ray blocks (the Ray "before" of a migration) and ```python norun blocks are only compiled.
+- ```python ray blocks need the Ray backend: they run only under the pytest marker ``ray``, concatenated per
+  file in a subprocess with ``FRAY_CLUSTER_SPEC=ray?address=<the session's emulated cluster>&jobs_dir=<tmp>``.
+- ```bash and ```console blocks: the command lines (in console blocks, the lines starting with ``$ ``) that
+  start with ``fray ``, ``python ``, ``NAME=$(fray ...)``/``NAME=$(python ...)``, ``FRAY_X=... fray ...`` or
+  ``export FRAY_X=...`` run, in order, in one ``bash`` script per file (``set -e``: every command must exit 0;
+  so ``ID=$(fray launch ...)`` carries into ``fray status $ID``), after that file's python blocks, in the same
+  temp dir, with ``fray`` and ``python`` on PATH. Other lines (``pip install``, ``python -m pip``, ``cd``) are
+  shown, not run. A ```bash norun / ```console norun block is not run at all (commands with placeholders).
+- ```text blocks are output; blocks with no language (diagrams) or any other language are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOC_FILES = sorted(p.name for p in DOCS.glob("*.md"))
+TIMEOUT = 600  # per file and kind of run
+
+_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*(.*)$")
+_RUNNABLE = re.compile(
+    r"^(export FRAY_\w+=\S+$"
+    r"|([A-Z_][A-Z0-9_]*=\S+\s+)*(fray|python)\s"
+    r"|[A-Za-z_]\w*=\$\((fray|python)\s)"
+)
+_NOT_RUN = re.compile(r"^(python -m pip|pip)\b")
+
+
+@attrs.frozen
+class Block:
+    lang: str
+    flags: tuple[str, ...]
+    code: str
+    line: int  # 1-based line of the opening fence
+
+    def flag(self, name: str) -> str | None:
+        for f in self.flags:
+            key, eq, value = f.partition("=")
+            if key == name:
+                return value if eq else ""
+        return None
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """Fenced blocks of a markdown text: language, flags (``file=x.py``, ``ray``, ...), code."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, info = m.group(1), m.group(2), m.group(3).strip()
+        start = i
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not (lines[i].strip().startswith(fence) and lines[i].strip().strip(fence[0]) == ""):
+            line = lines[i]
+            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            i += 1
+        i += 1
+        words = info.split()
+        blocks.append(Block(lang=(words[0].lower() if words else ""), flags=tuple(words[1:]), code="\n".join(body) + "\n", line=start + 1))
+    return blocks
+
+
+def shell_commands(block: Block) -> list[str]:
+    """The runnable command lines of a bash/console block (continuations joined)."""
+    raw = block.code.splitlines()
+    if block.lang == "console":
+        cmds, current = [], None
+        for line in raw:
+            if line.startswith("$ "):
+                current = line[2:]
+                cmds.append(current)
+            elif current is not None and cmds and cmds[-1].endswith("\\"):
+                cmds[-1] = cmds[-1][:-1] + " " + line.strip()
+            else:
+                current = None
+        lines = cmds
+    else:
+        lines = []
+        for line in raw:
+            if lines and lines[-1].endswith("\\"):
+                lines[-1] = lines[-1][:-1] + " " + line.strip()
+            else:
+                lines.append(line.strip())
+    return [c for c in lines if c and not c.startswith("#") and _RUNNABLE.match(c) and not _NOT_RUN.match(c)]
+
+
+def _blocks(name: str) -> list[Block]:
+    return parse_blocks((DOCS / name).read_text())
+
+
+def _is_python(b: Block) -> bool:
+    return b.lang in ("python", "py", "python3")
+
+
+def _runs(b: Block) -> bool:
+    return _is_python(b) and not ({"before-ray", "norun", "ray"} & set(b.flags)) and b.flag("file") is None
+
+
+def _is_shell(b: Block) -> bool:
+    return b.lang in ("bash", "sh", "shell", "console") and "norun" not in b.flags
+
+
+def _script(name: str, blocks: list[Block]) -> str:
+    parts = [f"# ---- docs/{name} line {b.line}\n{b.code}" for b in blocks]
+    return "\n".join(parts)
+
+
+def _bin_dir(tmp: Path) -> Path:
+    """``python`` (this interpreter) and ``fray`` first on PATH."""
+    bin_dir = tmp / ".bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    fray = Path(sys.executable).with_name("fray")
+    if fray.exists():
+        (bin_dir / "fray").symlink_to(fray)
+    else:
+        (bin_dir / "fray").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fray_core.cli "$@"\n')
+        (bin_dir / "fray").chmod(0o755)
+    return bin_dir
+
+
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    env["FRAY_JOBS_DIR"] = str(tmp / "jobs")
+    env["PATH"] = f"{_bin_dir(tmp)}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def _write_files(tmp: Path, blocks: list[Block]) -> None:
+    for b in blocks:
+        name = b.flag("file")
+        if name:
+            path = tmp / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(b.code)
+
+
+def _run(cmd: list[str], tmp: Path, env: dict[str, str], what: str) -> None:
+    try:
+        r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{what}: timed out after {TIMEOUT}s\nstdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    if r.returncode != 0:
+        pytest.fail(f"{what}: exit code {r.returncode}\nstdout:\n{r.stdout[-6000:]}\nstderr:\n{r.stderr[-6000:]}")
+
+
+def _files_with(pred) -> list[str]:  # type: ignore[no-untyped-def]
+    return [n for n in DOC_FILES if any(pred(b) for b in _blocks(n))]
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+
+def test_docs_exist() -> None:
+    for name in ("index.md", "concepts.md", "backends.md", "testing.md", "troubleshooting.md"):
+        assert name in DOC_FILES, f"docs/{name} is missing"
+
+
+@pytest.mark.parametrize("name", DOC_FILES)
+def test_doc_python_blocks_compile(name: str) -> None:
+    """Every python block compiles, including the ones that are not run."""
+    for b in _blocks(name):
+        fname = b.flag("file")
+        if _is_python(b) and (fname is None or fname.endswith(".py")):
+            compile(b.code, f"docs/{name}:{b.line}", "exec")
+
+
+@pytest.mark.parametrize("name", _files_with(lambda b: _runs(b) or (_is_shell(b) and shell_commands(b))))
+def test_doc_runs(name: str, tmp_path: Path) -> None:
+    """The file's python blocks in one subprocess, then its shell command lines in one bash script."""
+    blocks = _blocks(name)
+    _write_files(tmp_path, blocks)
+    env = _env(tmp_path)
+    python = [b for b in blocks if _runs(b)]
+    if python:
+        script = tmp_path / f"doc_{Path(name).stem}.py"
+        script.write_text(_script(name, python))
+        _run([sys.executable, str(script)], tmp_path, env, f"python blocks of docs/{name}")
+    commands = [c for b in blocks if _is_shell(b) for c in shell_commands(b)]
+    if commands:
+        script = tmp_path / f"doc_{Path(name).stem}.sh"
+        script.write_text("set -eo pipefail\nset -x\n" + "\n".join(commands) + "\n")
+        _run(["bash", str(script)], tmp_path, env, f"shell commands of docs/{name}")
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("name", _files_with(lambda b: _is_python(b) and "ray" in b.flags))
+def test_doc_ray_blocks(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """```python ray blocks, against the session's emulated Ray TPU cluster."""
+    fake = request.getfixturevalue("ray_tpu_cluster")
+    blocks = [b for b in _blocks(name) if _is_python(b) and "ray" in b.flags]
+    _write_files(tmp_path, _blocks(name))
+    script = tmp_path / f"doc_{Path(name).stem}_ray.py"
+    script.write_text(_script(name, blocks))
+    env = _env(tmp_path, FRAY_CLUSTER_SPEC=f"ray?address={fake.address}&jobs_dir={tmp_path / 'ray-jobs'}")
+    _run([sys.executable, str(script)], tmp_path, env, f"ray blocks of docs/{name}")
+
+
+def test_parser_follows_the_convention() -> None:
+    text = (
+        "```python\nx = 1\n```\n"
+        "```python file=train.py\ndef main(): pass\n```\n"
+        "```console\n$ fray list\nID  NAME\n$ pip install fray\n$ ID=$(fray launch a:b)\n```\n"
+        "```bash\nfray status $ID \\\n  --json\npython -m pip install -e .\ncd /x\n```\n"
+        "```\ndiagram\n```\n"
+    )
+    blocks = parse_blocks(text)
+    assert [b.lang for b in blocks] == ["python", "python", "console", "bash", ""]
+    assert [_runs(b) for b in blocks] == [True, False, False, False, False]
+    assert blocks[1].flag("file") == "train.py"
+    assert shell_commands(blocks[2]) == ["fray list", "ID=$(fray launch a:b)"]
+    assert shell_commands(blocks[3]) == ["fray status $ID  --json"]
