@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from fray_core.errors import JobFailedError, UnknownBackendError, WaitTimeoutError
-from fray_core.types import JobId, JobInfo, JobRequest, JobStatus
+from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
@@ -157,14 +157,11 @@ class Cluster(abc.ABC):
         threading.Thread(target=pump, daemon=True, name=f"fray-monitor-{job_id}").start()
         deadline = None if timeout is None else time.monotonic() + timeout
         last = ""
+        changed_at = printed_at = time.monotonic()
+        reported: set[int] = set()  # attempts whose end was printed
         pump_done = False
         while True:
-            info = self.poll(job_id)
-            status_line = describe_progress(info)
-            if status_line != last:
-                print(f"[fray] {status_line}", file=out, flush=True)
-                last = status_line
-            try:
+            try:  # output first, so a job's last lines come before its final status
                 item = lines.get(timeout=0.2)
                 while item is not None:
                     print(item, file=out, flush=True)
@@ -172,23 +169,56 @@ class Cluster(abc.ABC):
                 pump_done = True
             except queue.Empty:
                 pass
-            if info.status.is_terminal() and pump_done:
-                return self.poll(job_id)
+            info = self.poll(job_id)
+            # once the job ended, its final lines come out first: the log pump stops after draining the log
+            draining = info.status.is_terminal() and not pump_done
+            for att in [] if draining else info.attempts:
+                if att.outcome is not None and att.index not in reported:
+                    reported.add(att.index)
+                    print(f"[fray] {describe_attempt(att)}", file=out, flush=True)
+            status_line = last if draining else describe_progress(info)
+            now = time.monotonic()
+            if status_line != last:
+                print(f"[fray] {status_line}", file=out, flush=True)
+                last, changed_at, printed_at = status_line, now, now
+            elif info.status is JobStatus.PENDING and now - printed_at >= MONITOR_HEARTBEAT:
+                # a long wait (e.g. for capacity): say again what the job waits for, and for how long
+                print(f"[fray] {status_line} (still waiting after {now - changed_at:.0f}s)", file=out, flush=True)
+                printed_at = now
+            if info.status.is_terminal() and not draining:
+                return info
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+
+
+#: seconds between repeated progress lines while a job waits (e.g. for capacity) without any change
+MONITOR_HEARTBEAT = 30.0
+
+
+def describe_attempt(att: Attempt) -> str:
+    """One line for an attempt that ended: ``attempt 0 PREEMPTED after 1.3s on v4-16-0, v4-16-1: <cause>``."""
+    text = f"attempt {att.index} {att.outcome.value if att.outcome else 'RUNNING'}"
+    if att.ended_at and att.started_at:
+        text += f" after {att.ended_at - att.started_at:.1f}s"
+    if att.slices:
+        text += f" on {', '.join(att.slices)}"
+    cause = (att.cause or "").strip()
+    if cause:
+        text += f": {cause.splitlines()[0]}"
+    return text
 
 
 def describe_progress(info: JobInfo) -> str:
     """One line: status, attempt, slices held, preemptions and failures, what it waits for."""
     parts = [f"{info.job_id}: {info.status.value}"]
     att = info.current_attempt
-    if att is not None:
+    if info.progress and not info.status.is_terminal():
+        parts.append(info.progress)  # "attempt 1: waiting for 2 x v4-16", "attempt 0: running on ..."
+    elif att is not None:
         parts.append(f"attempt {att.index}")
         if att.slices and att.outcome is None:
             parts.append(f"on {', '.join(att.slices)}")
     parts.append(f"preemptions {info.preemptions}, failures {info.failures}")
-    if info.progress and not info.status.is_terminal():
-        parts.append(info.progress)
     if info.error and info.status.is_terminal():
         parts.append(f"error: {info.error}")
     return " | ".join(parts)
