@@ -1,6 +1,6 @@
 """Run every benchmark and write docs/performance.md (figures, machine, date, Ray version).
 
-    python bench/run_all.py            # full sizes (about 10 minutes on 2 cores)
+    python bench/run_all.py            # full sizes (under 10 minutes on 2 cores when the machine is quiet)
     python bench/run_all.py --smoke    # tiny sizes, to check the scripts work (prints, writes nothing)
 
 Each script prints its own table with its baseline measured in the same run; this collects them.
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="run only these scripts")
     args = ap.parse_args(argv)
     sections, failed = [], []
+    load_before, t_all = os.getloadavg(), time.perf_counter()
     for script, title, _needs_ray in SCRIPTS:
         if args.only and script not in args.only:
             continue
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             text += f"\n[exit code {out.returncode}]\n{out.stderr.strip()[-2000:]}"
         print(f"== {script} ({dt:.1f} s)\n{text}\n", flush=True)
         sections.append((title, script, text, dt))
+    total, load_after = time.perf_counter() - t_all, os.getloadavg()
+    load = f"load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} before, " + "/".join(f"{x:.1f}" for x in load_after) + " after"
+    print(f"all benchmarks: {total:.0f} s; {load}")
     if not args.smoke:
         notes = (HERE / "NOTES.md").read_text() if (HERE / "NOTES.md").exists() else ""
         lines = [
@@ -80,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
             "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
             "(CI runs each script with `--smoke`).",
+            f"All scripts took {total:.0f} s; {load}. Timings of the Ray and local-backend figures move with",
+            "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says which are noisy.",
             "",
         ]
         for title, script, text, dt in sections:

@@ -13,7 +13,8 @@ back at once); the last attempt succeeds. So the run starts (A + 1) x hosts host
 Figures: wall time (``time.perf_counter``, without tracemalloc) and peak memory, both for the full size and,
 as the baseline, for the same scenario at 1/10 of the slices and preemptions (10x the work should cost at
 most ~10x). Peak memory is the peak of Python allocations during the run (tracemalloc, in a second,
-untimed run) and the process's ru_maxrss. Every size runs in a fresh interpreter.
+untimed run of the first repeat) and the process's ru_maxrss (the whole interpreter). Every size runs in a
+fresh interpreter.
 Goal: full size < 2 s and < 300 MB.
 """
 
@@ -96,16 +97,19 @@ def child(args: argparse.Namespace) -> None:
     out = scenario(args.slices, args.preemptions, args.per_attempt, args.profile)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["maxrss_growth_mb"] = out["maxrss_mb"] - rss_before / 1024
-    tracemalloc.start()
-    scenario(args.slices, args.preemptions, args.per_attempt)
-    out["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1024**2
-    tracemalloc.stop()
+    if args.trace:
+        tracemalloc.start()
+        scenario(args.slices, args.preemptions, args.per_attempt)
+        out["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1024**2
+        tracemalloc.stop()
     print(json.dumps(out))
 
 
-def run_size(slices: int, preemptions: int, per_attempt: int, profile: str | None = None) -> dict[str, Any]:
+def run_size(slices: int, preemptions: int, per_attempt: int, profile: str | None = None, trace: bool = False) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", "--slices", str(slices), "--preemptions", str(preemptions),
            "--per-attempt", str(per_attempt)]  # fmt: skip
+    if trace:
+        cmd.append("--trace")
     if profile:
         cmd += ["--profile", profile]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--profile", help="write a cProfile of one full-size run to this file")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         child(args)
@@ -132,15 +137,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     big = (args.slices, args.preemptions, args.per_attempt)
     small = (max(1, args.slices // 10), max(1, args.preemptions // 10), max(1, args.per_attempt // 10))
     rows: dict[str, list[dict[str, Any]]] = {"small": [], "big": []}
-    for _ in range(args.repeats):  # interleaved
-        rows["small"].append(run_size(*small))
-        rows["big"].append(run_size(*big))
+    traced: dict[str, float] = {}
+    for i in range(args.repeats):  # interleaved; the first repeat also measures memory (tracemalloc, untimed)
+        for key, size in (("small", small), ("big", big)):
+            r = run_size(*size, trace=i == 0)
+            traced.setdefault(key, r.get("traced_peak_mb", 0.0))
+            rows[key].append(r)
 
     def med(rs: list[dict[str, Any]]) -> dict[str, Any]:
         rs = sorted(rs, key=lambda r: r["seconds"])
         return rs[len(rs) // 2]
 
     s, b = med(rows["small"]), med(rows["big"])
+    s["traced_peak_mb"], b["traced_peak_mb"] = traced["small"], traced["big"]
     print(
         f"GangRunner at scale: in-memory provider, fake clock, {TPU_TYPE} (16 hosts/slice); one job over every slice,\n"
         f"storms of {args.per_attempt} slice preemptions per attempt; median of {args.repeats} fresh interpreter(s)"
