@@ -10,6 +10,9 @@ Example (inside a job, or any process connected to Ray)::
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +25,32 @@ from fray_core.errors import WaitTimeoutError
 __all__ = ["RayJobContext"]
 
 
+def _as_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``ray.remote`` takes Python functions only: wrap builtins, partials and callable objects."""
+    if inspect.isfunction(fn):
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", type(fn).__name__)
+    return call
+
+
+def code_paths() -> list[str]:
+    """This process's own code directories on ``sys.path``: everything but the interpreter's stdlib and
+    site-packages. A test module, a script's folder, the driver's sys.path that a host task put in place."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out: list[str] = []
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.getcwd())
+        real = os.path.realpath(path)
+        if path in out or not os.path.isdir(path) or any(real == p or real.startswith(p + os.sep) for p in prefixes):
+            continue
+        out.append(path)
+    return out
+
+
 class RayJobContext(JobContext):
     """Tasks and actors on the connected Ray cluster. Actor handles are Ray's own
     (``handle.method.remote(...)`` returns an ``ObjectRef``)."""
@@ -31,16 +60,21 @@ class RayJobContext(JobContext):
         self.non_preemptible_resource = non_preemptible_resource
         self._remote_fns: dict[Any, Any] = {}
         self._lock = threading.Lock()
+        # Ray pickles functions and classes of importable modules by reference; its workers only know the
+        # driver's script dir and cwd. Give them this process's code dirs, so a function or actor class
+        # defined in the user's module (or a test module) imports there as it does here.
+        paths = code_paths()
+        self._options: dict[str, Any] = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}} if paths else {}
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         with self._lock:
             try:
                 return self._remote_fns[fn]
             except KeyError:
-                remote = self._remote_fns[fn] = ray.remote(fn)
+                remote = self._remote_fns[fn] = ray.remote(_as_function(fn)).options(**self._options)
                 return remote
             except TypeError:  # unhashable callable
-                return ray.remote(fn)
+                return ray.remote(_as_function(fn)).options(**self._options)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ray.ObjectRef:
         if not callable(fn):
@@ -83,7 +117,7 @@ class RayJobContext(JobContext):
         preemptible: bool = True,
         **kwargs: Any,
     ) -> Any:
-        opts: dict[str, Any] = {"num_cpus": 0}
+        opts: dict[str, Any] = {"num_cpus": 0, **self._options}
         if name is not None:
             opts.update(name=name, namespace=self.namespace, get_if_exists=get_if_exists)
             if not get_if_exists:

@@ -363,7 +363,3 @@ def _traceback_of(e: rex.RayTaskError) -> str:
 def _first_lines(text: str, n: int = 3) -> str:
     return "\n".join(text.strip().splitlines()[:n])
 
-
-def host_config_for(supervisor: Any, sys_path: Sequence[str], cwd: str, probe: Any, clean_lockfile: bool = True) -> HostConfig:
-    return HostConfig(sys_path=tuple(sys_path), cwd=cwd, supervisor=supervisor, preemption_probe=probe, clean_lockfile=clean_lockfile)
-

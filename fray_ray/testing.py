@@ -88,7 +88,15 @@ class FakeTpuCluster:
         """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name."""
         spec = get_tpu_spec(tpu_type)
         name = f"fake-{spec.name}-{next(self._counter)}"
-        nodes = [self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)) for w in range(spec.hosts)]
+        main = threading.current_thread() is threading.main_thread()
+        with self._lock:
+            # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
+            # a slice restored from a timer thread goes without them (shutdown() still removes it).
+            self.ray_cluster._shutdown_at_exit = main
+            try:
+                nodes = [self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)) for w in range(spec.hosts)]
+            finally:
+                self.ray_cluster._shutdown_at_exit = True
         if wait:
             for node in nodes:
                 self.ray_cluster._wait_for_node(node, timeout=60)

@@ -4,7 +4,10 @@ emulated multi-node Ray TPU cluster (one per test session, see tests/conftest.py
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from fray_core import Cluster, Entrypoint, JobRequest, JobStatus, ResourceConfig
+from fray_core import Cluster, Entrypoint, JobRequest, JobStatus, ResourceConfig, create_environment
 from fray_core.records import pid_alive
 from fray_local import LocalCluster, TpuFleet
 from fray_local.testing import TEST_POLICY
@@ -27,6 +30,21 @@ class Harness:
     cluster: Cluster
     preempt: Callable[..., None]
     fixed_capacity: bool  # False: slices are made on demand, so nothing is ever short of capacity
+    spec: str  # a cluster spec another process uses to reach the same jobs
+    all_free: Callable[[], bool] = lambda: True  # both slices exist and no job holds them
+
+
+def _ray_all_free(fake: object) -> Callable[[], bool]:
+    def check() -> bool:
+        import ray
+
+        from fray_core.tpu import get_tpu_spec
+
+        fake.wait_restored()  # type: ignore[attr-defined]
+        live = len(fake.slices().get(TPU, []))  # type: ignore[attr-defined]
+        return live == 2 and ray.available_resources().get(get_tpu_spec(TPU).head_resource, 0) >= 2
+
+    return check
 
 
 @pytest.fixture(params=["local", "fleet", pytest.param("ray", marks=pytest.mark.ray)])
@@ -36,11 +54,12 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
             fake = request.getfixturevalue("ray_tpu_cluster")
         except pytest.FixtureLookupError:
             pytest.skip("the emulated Ray cluster fixture is not available")
-        yield Harness("ray", fake.cluster, fake.preempt, True)
+        yield Harness("ray", fake.cluster, fake.preempt, True, f"ray?address={fake.address}", _ray_all_free(fake))
         return
     fleet = TpuFleet({TPU: 2}, state_dir=str(tmp_path / "fleet")) if request.param == "fleet" else None
     cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
-    yield Harness(request.param, cluster, cluster.fleet.preempt, fleet is not None)
+    all_free = (lambda: fleet.describe(TPU).startswith("2 free")) if fleet is not None else (lambda: True)
+    yield Harness(request.param, cluster, cluster.fleet.preempt, fleet is not None, f"local?jobs_dir={tmp_path / 'jobs'}", all_free)
     cluster.close()
 
 
@@ -207,6 +226,9 @@ def test_preemption_budget_exhausted(harness: Harness, tmp_path: Path) -> None:
 
 
 def test_variable_multislice_takes_the_largest_count_that_fits(harness: Harness, tmp_path: Path) -> None:
+    # "largest that fits" is judged at acquire time: start from a fleet whose 2 slices are both free
+    # (an earlier test's preempted slice may still be coming back)
+    wait_for(harness.all_free, timeout=120, what="both slices to be free")
     info = harness.cluster.wait(harness.cluster.launch(tpu_job(host_info, tmp_path, slices=[1, 2])), timeout=120)
     assert info.status == JobStatus.SUCCEEDED
     check_hosts(info.result, 2, 0)
@@ -260,3 +282,37 @@ def test_cpu_replicas_and_binaries(harness: Harness, tmp_path: Path) -> None:
     info = harness.cluster.wait(harness.cluster.launch(bad), timeout=120)
     assert info.status == JobStatus.FAILED and "exit code 4" in info.attempts[0].cause
     assert "to-stderr" in info.attempts[0].cause
+
+
+def test_env_vars_reach_every_host(harness: Harness, tmp_path: Path) -> None:
+    req = JobRequest(
+        name="env",
+        entrypoint=Entrypoint(callable=host_info),
+        resources=ResourceConfig.with_tpu(TPU),
+        environment=create_environment(env_vars={"FRAY_TEST_FLAG": "on", "WANDB_MODE": "offline"}),
+    )
+    info = harness.cluster.wait(harness.cluster.launch(req), timeout=120, raise_on_failure=True)
+    assert [r.get("FRAY_TEST_FLAG") for r in info.result] == ["on", "on"]
+    assert all(r.get("FRAY_JOB_ID") == info.job_id for r in info.result)
+
+
+def test_a_job_is_pollable_from_a_second_process(harness: Harness, tmp_path: Path) -> None:
+    job_id = harness.cluster.launch(tpu_job(run_until_released, tmp_path))
+    wait_for(lambda: len(markers(tmp_path, 0)) == 2, what="the job's hosts to start")
+    script = (
+        "import json, sys\n"
+        "from fray_core.cluster import cluster_from_spec\n"
+        "c = cluster_from_spec(sys.argv[1])\n"
+        "info = c.poll(sys.argv[2])\n"
+        "print(json.dumps({'status': info.status.value, 'slices': info.attempts[-1].slices if info.attempts else []}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, harness.spec, job_id], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"status": "RUNNING", "slices": harness.cluster.poll(job_id).attempts[-1].slices}
+    (tmp_path / "release-a0").touch()
+    info = harness.cluster.wait(job_id, timeout=120)
+    assert info.status == JobStatus.SUCCEEDED
+    check_hosts(info.result, 1, 0)

@@ -312,8 +312,9 @@ def test_terminate_from_another_cluster_object_stops_the_owners_job(cluster: Loc
     assert cluster.poll(job_id).status == JobStatus.STOPPED
 
 
-def test_job_context_tasks_and_actors() -> None:
-    ctx = fray_job_ctx()
+def test_job_context_tasks_and_actors(cluster: LocalCluster) -> None:
+    ctx = fray_job_ctx()  # the local context (threads), even when this session also holds a Ray connection
+    assert type(ctx).__name__ == "LocalJobContext"
     fut = ctx.run(square, 3)
     assert ctx.get(fut) == 9
     futs = [ctx.run(square, i) for i in range(5)]

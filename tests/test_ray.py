@@ -1,0 +1,205 @@
+"""Ray-specific behaviour on the emulated multi-node TPU cluster (one per session, see conftest.py):
+preemption classified by exception type, jobs that outlive their driver, the job context as Ray tasks and
+actors, non-preemptible placement, requests that can never fit, and no leaked placement groups or actors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray")
+
+from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
+from fray_ray import RayCluster  # noqa: E402
+from fray_ray._host import gce_preempted  # noqa: E402
+from fray_ray.provider import PREEMPTION_ERRORS  # noqa: E402
+from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
+
+TPU = "v4-16"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def hold(marker_dir: str) -> str:
+    Path(marker_dir, f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}").touch()
+    release = Path(marker_dir, f"release-a{os.environ['FRAY_ATTEMPT']}")
+    end = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    return os.environ["TPU_NAME"]
+
+
+def started(marker_dir: Path, attempt: int) -> int:
+    return len(list(marker_dir.glob(f"started-a{attempt}-*")))
+
+
+def fail() -> None:
+    raise RuntimeError("the user's code failed")
+
+
+def use_the_job_context() -> dict[str, Any]:
+    ctx = fray_job_ctx()
+    squares = ctx.get([ctx.run(pow, i, 2) for i in range(4)])
+    counter = ctx.create_actor(Counter, name=f"counter-{os.environ['FRAY_JOB_ID']}-{os.environ['FRAY_HOST_ID']}", get_if_exists=True)
+    ctx.get([counter.incr.remote() for _ in range(3)])
+    total = ctx.get(counter.incr.remote())
+    ray.kill(counter)
+    return {"squares": squares, "total": total, "ctx": type(ctx).__name__}
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def node_id() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def tpu_request(fn: Callable[..., Any], slices: int = 1, **kw: Any) -> JobRequest:
+    budgets = {k: kw.pop(k) for k in ("max_retries_preemption", "max_retries_failure") if k in kw}
+    return JobRequest(
+        name=fn.__name__.replace("_", "-"),
+        entrypoint=Entrypoint(callable=fn, function_args=kw),
+        resources=ResourceConfig.with_tpu(TPU, slice_count=slices),
+        **budgets,
+    )
+
+
+def test_a_removed_node_is_a_preemption_by_exception_type_and_the_job_completes(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    cluster = ray_tpu_cluster.cluster
+    job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path), max_retries_preemption=3))
+    wait_for(lambda: started(tmp_path, 0) == 2, what="both hosts of attempt 0")
+    ray_tpu_cluster.preempt(cluster.poll(job_id).attempts[0].slices[0], restore_after=0.0)
+    wait_for(lambda: started(tmp_path, 1) == 2, timeout=120, what="both hosts of attempt 1")
+    (tmp_path / "release-a1").touch()
+    info = cluster.wait(job_id, timeout=120)
+    assert info.status == JobStatus.SUCCEEDED, info.error
+    assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "SUCCEEDED"]
+    assert info.preemptions == 1 and info.failures == 0
+    names = {cls.__name__ for cls in PREEMPTION_ERRORS}
+    assert any(name in info.attempts[0].cause for name in names), info.attempts[0].cause
+    assert info.result == [info.attempts[1].slices[0]] * 2
+
+
+def test_the_job_outlives_its_driver_and_is_pollable_by_id(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    driver = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from fray_ray import RayCluster
+        from test_ray import tpu_request, hold
+        cluster = RayCluster(address={ray_tpu_cluster.address!r})
+        print(cluster.launch(tpu_request(hold, marker_dir={str(tmp_path)!r})))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().splitlines()[-1]
+    cluster = ray_tpu_cluster.cluster
+    wait_for(lambda: started(tmp_path, 0) == 2, what="the job's hosts (the driver has exited)")
+    assert cluster.poll(job_id).status == JobStatus.RUNNING
+    (tmp_path / "release-a0").touch()
+    info = cluster.wait(job_id, timeout=120)
+    assert info.status == JobStatus.SUCCEEDED, info.error
+    assert len(info.result) == 2
+
+
+def test_job_context_runs_ray_tasks_and_actors_inside_a_job(ray_tpu_cluster: Any) -> None:
+    cluster = ray_tpu_cluster.cluster
+    info = cluster.wait(cluster.launch(tpu_request(use_the_job_context)), timeout=120, raise_on_failure=True)
+    assert info.result == [{"squares": [0, 1, 4, 9], "total": 4, "ctx": "RayJobContext"}] * 2
+    with using_cluster(cluster):
+        ctx = fray_job_ctx()
+        ref = ctx.run(pow, 2, 10)
+        assert isinstance(ref, ray.ObjectRef) and ctx.get(ref) == 1024
+        ready, not_ready = ctx.wait([ref, ctx.put(5)], num_returns=2, timeout=30)
+        assert len(ready) == 2 and not not_ready
+        with pytest.raises(ValueError, match="num_returns"):
+            ctx.wait([ref], num_returns=2)
+
+
+def test_non_preemptible_work_runs_on_the_head_node(ray_tpu_cluster: Any) -> None:
+    cluster = ray_tpu_cluster.cluster
+    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    req = JobRequest(name="head", entrypoint=Entrypoint(callable=node_id), resources=ResourceConfig(preemptible=False, replicas=2))
+    info = cluster.wait(cluster.launch(req), timeout=120, raise_on_failure=True)
+    assert info.result == [head, head]
+
+
+def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> None:
+    cluster = ray_tpu_cluster.cluster
+    info = cluster.wait(cluster.launch(tpu_request(fail, slices=3)), timeout=60)
+    assert info.status == JobStatus.FAILED and len(info.attempts) == 1
+    assert info.attempts[0].outcome.value == "UNSCHEDULABLE"
+    assert "asked: 3 x v4-16; the Ray cluster has 2 slice(s) of v4-16 in all" in info.error
+    other = JobRequest(name="v5p", entrypoint=Entrypoint(callable=fail), resources=ResourceConfig.with_tpu("v5p-8"))
+    info = cluster.wait(cluster.launch(other), timeout=60)
+    assert info.status == JobStatus.FAILED and "0 slice(s) of v5p-8" in info.error
+
+
+def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_cluster: Any) -> None:
+    probing = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, preemption_probe=lambda: True)
+    info = probing.wait(probing.launch(tpu_request(fail, max_retries_preemption=1)), timeout=120)
+    assert info.status == JobStatus.FAILED
+    assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "PREEMPTED"] and info.failures == 0
+    assert "HostPreemptedError" in info.attempts[0].cause and "RuntimeError: the user's code failed" in info.attempts[0].cause
+    # the default probe (GCE metadata) answers "not preempted" off GCE, so the same failure is the user's
+    info = ray_tpu_cluster.cluster.wait(ray_tpu_cluster.cluster.launch(tpu_request(fail)), timeout=120)
+    assert [a.outcome.value for a in info.attempts] == ["FAILED"] and info.failures == 1
+    assert gce_preempted(timeout=0.2) is False
+
+
+def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    job_id = ray_tpu_cluster.cluster.launch(tpu_request(hold, slices=2, marker_dir=str(tmp_path)))
+    wait_for(lambda: started(tmp_path, 0) == 4, what="all 4 hosts")
+    other = RayCluster(address=ray_tpu_cluster.address)
+    other.terminate(job_id)
+    info = ray_tpu_cluster.cluster.poll(job_id)
+    assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
+    assert [line for line in other.logs(job_id)] == list(ray_tpu_cluster.cluster.logs(job_id))
+
+
+def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any) -> None:
+    """Runs last in this module: every job above (and the conformance suite's, when run before) has ended."""
+    from ray.util import list_named_actors, placement_group_table
+
+    cluster = ray_tpu_cluster.cluster
+    assert all(j.status.is_terminal() for j in cluster.list_jobs())
+
+    # straight from the GCS (the state API needs the dashboard, which a loaded machine may not have up)
+    def fray_groups() -> list[dict[str, Any]]:
+        return [pg for pg in placement_group_table().values() if pg["name"].startswith("fray-")]
+
+    def leftovers() -> tuple[list[str], list[str]]:
+        pgs = [pg["name"] for pg in fray_groups() if pg["state"] != "REMOVED"]
+        actors = [a["name"] for a in list_named_actors(all_namespaces=True) if a["name"].startswith("fray-job-")]
+        return pgs, actors
+
+    # removal is asynchronous in Ray: give it a bounded moment, then it must be empty
+    end = time.monotonic() + 30
+    while leftovers() != ([], []) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert leftovers() == ([], [])
+    assert fray_groups()  # jobs did run here
