@@ -172,7 +172,14 @@ def baseline_run(fake: Any, spec: Any, task: Any, marker_dir: str, tag: str) -> 
     pgs = common.baseline_placement_groups(names, spec.hosts, spec.chips_per_host)
     opts = [common.host_task_options(pg, h, spec.chips_per_host) for pg in pgs for h in range(spec.hosts)]
     refs = [task.options(**o).remote(marker_dir, tag, "0") for o in opts]
-    wait_for(lambda: len(common.markers(marker_dir, tag)) >= hosts, 180, "the baseline tasks to start")
+
+    def started() -> bool:
+        done, _ = ray.wait(refs, timeout=0)
+        if done:
+            ray.get(done)  # a host that ended already (it should hold): raise its error
+        return len(common.markers(marker_dir, tag)) >= hosts
+
+    wait_for(started, 180, "the baseline tasks to start")
     seen: dict[str, Any] = {}
 
     def get_first() -> None:

@@ -49,6 +49,17 @@ def machine() -> str:
     )
 
 
+def append_notes(sections: list[tuple[str, str, str, float]], total: float, load: str) -> None:
+    """Append this run's goal lines (met / MISSED) to bench/NOTES.md, under the hand-written analysis."""
+    lines = [f"", f"### Run of {datetime.datetime.now().isoformat(timespec='minutes')} ({total:.0f} s; {load})", ""]
+    for _title, script, text, _dt in sections:
+        goals = [ln.strip() for ln in text.splitlines() if "goal" in ln and ("met" in ln or "MISSED" in ln)]
+        lines += [f"- `{script}`: {g}" for g in goals] or [f"- `{script}`: (no goal line)"]
+    path = HERE / "NOTES.md"
+    old = path.read_text() if path.exists() else "# Benchmark notes\n"
+    path.write_text(old.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; do not write docs/performance.md")
@@ -77,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     load = f"load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} before, " + "/".join(f"{x:.1f}" for x in load_after) + " after"
     print(f"all benchmarks: {total:.0f} s; {load}")
     if not args.smoke:
+        append_notes(sections, total, load)
         notes = (HERE / "NOTES.md").read_text() if (HERE / "NOTES.md").exists() else ""
         lines = [
             "# Performance",
