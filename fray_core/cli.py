@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import Attempt, JobInfo, JobRequest, JobStatus
+    from fray_core.types import JobInfo, JobRequest, JobStatus
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "format_table", "main"]
 

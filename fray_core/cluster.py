@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO, overload
+from typing import TYPE_CHECKING, TextIO, overload
 
 from fray_core.errors import JobFailedError, UnknownBackendError, WaitTimeoutError
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus

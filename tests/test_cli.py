@@ -16,11 +16,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 
 from fray_core.cli import _parse_call_args, format_table, main
 from fray_core.cluster import describe_progress
@@ -101,13 +100,6 @@ def fray(tmp_path: Path) -> Fray:
     (tmp_path / "script.py").write_text(SCRIPT)
     return Fray(tmp_path)
 
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def launched_id(stdout: str) -> str:

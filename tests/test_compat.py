@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,15 +98,6 @@ def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int = 0) -
         assert [r["MEGASCALE_SLICE_ID"] for r in result] == [str(s) for s in range(n_slices) for _ in range(2)]
         assert {r["MEGASCALE_PORT"] for r in result} == {"8081"}
 
-
-def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class InThread:

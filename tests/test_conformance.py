@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from helpers import wait_for
 
 from fray_core import Cluster, Entrypoint, JobRequest, JobStatus, ResourceConfig, create_environment
 from fray_core.records import pid_alive
@@ -62,15 +63,6 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     yield Harness(request.param, cluster, cluster.fleet.preempt, fleet is not None, f"local?jobs_dir={tmp_path / 'jobs'}", all_free)
     cluster.close()
 
-
-def wait_for(predicate: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # ---------------------------------------------------------------------------- functions the hosts run

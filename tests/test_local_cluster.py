@@ -8,9 +8,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import helpers
 
 from fray_core import (
     CpuConfig,
@@ -38,16 +41,9 @@ def cluster(tmp_path: Path):
     c.close()
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll a condition with a deadline (for state owned by other processes)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
+    return helpers.wait_for(predicate, timeout, what, interval=0.02)
 
 # ------------------------------------------------------------------------------- functions run in jobs
 

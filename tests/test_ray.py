@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_for
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
@@ -26,15 +27,6 @@ from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
 
 TPU = "v4-16"
 
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def hold(marker_dir: str) -> str:
