@@ -53,7 +53,7 @@ def append_notes(sections: list[tuple[str, str, str, float]], total: float, load
     """Append this run's goal lines (met / MISSED) to bench/NOTES.md, under the hand-written analysis."""
     lines = [f"", f"### Run of {datetime.datetime.now().isoformat(timespec='minutes')} ({total:.0f} s; {load})", ""]
     for _title, script, text, _dt in sections:
-        goals = [ln.strip() for ln in text.splitlines() if "goal" in ln and ("met" in ln or "MISSED" in ln)]
+        goals = [ln.strip() for ln in text.splitlines() if ("goal" in ln or "<=" in ln) and ("met" in ln or "MISSED" in ln)]
         lines += [f"- `{script}`: {g}" for g in goals] or [f"- `{script}`: (no goal line)"]
     path = HERE / "NOTES.md"
     old = path.read_text() if path.exists() else "# Benchmark notes\n"

@@ -162,7 +162,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{r['seconds']:>9.3f}{r['seconds'] / s['seconds']:>7.2f}{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
         )
     work = b["host_runs"] / s["host_runs"]
-    print(f"work ratio (host runs) {work:.1f}x; time ratio {b['seconds'] / s['seconds']:.2f}x; goal: time ratio <= ~{work:.0f}x")
+    tr = b["seconds"] / s["seconds"]
+    print(
+        f"work ratio (host runs) {work:.1f}x; time ratio {tr:.2f}x; goal: time ratio <= ~{work:.0f}x "
+        f"({'met' if tr <= 1.1 * work else 'MISSED'}, 10% slack)"
+    )
     print(
         f"goal full size: < 2 s -> {b['seconds']:.2f} s ({'met' if b['seconds'] < 2 else 'MISSED'}); "
         f"< 300 MB -> {max(b['traced_peak_mb'], b['maxrss_mb']):.0f} MB ({'met' if max(b['traced_peak_mb'], b['maxrss_mb']) < 300 else 'MISSED'})"
