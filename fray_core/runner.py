@@ -163,40 +163,36 @@ def host_envs(
     """
     n_slices = len(leases)
     total = sum(lease.hosts for lease in leases)
-    coordinator = None
-    if tpu is not None and n_slices > 1:
-        addr = leases[0].host_addresses[0] if leases[0].host_addresses else "127.0.0.1"
-        coordinator = f"{addr}:{megascale_port}"
+    # Built per job, then per slice, then copied per host: this runs for every host of every attempt
+    # (176,000 hosts in bench/runner_scale.py).
+    job_env = dict(user_env or {})
+    job_env.update(
+        FRAY_JOB_ID=str(job_id), FRAY_ATTEMPT=str(attempt), FRAY_NUM_SLICES=str(n_slices), FRAY_NUM_REPLICAS=str(total)
+    )
+    if tpu is not None:
+        job_env.update(TPU_ACCELERATOR_TYPE=tpu.type, TPU_TOPOLOGY=tpu.resolved_topology)
+        if n_slices > 1:
+            addr = leases[0].host_addresses[0] if leases[0].host_addresses else "127.0.0.1"
+            job_env.update(
+                MEGASCALE_COORDINATOR_ADDRESS=f"{addr}:{megascale_port}",
+                MEGASCALE_NUM_SLICES=str(n_slices),
+                MEGASCALE_PORT=str(megascale_port),
+            )
     out: list[list[dict[str, str]]] = []
     rank = 0
     for s, lease in enumerate(leases):
+        slice_env = dict(job_env, FRAY_SLICE_ID=str(s), FRAY_HOSTS_PER_SLICE=str(lease.hosts))
+        if tpu is not None:
+            slice_env["TPU_NAME"] = lease.name
+            if n_slices > 1:
+                slice_env["MEGASCALE_SLICE_ID"] = str(s)
         per_slice = []
         for h in range(lease.hosts):
-            env = dict(user_env or {})
-            env.update(
-                FRAY_JOB_ID=str(job_id),
-                FRAY_ATTEMPT=str(attempt),
-                FRAY_SLICE_ID=str(s),
-                FRAY_HOST_ID=str(h),
-                FRAY_NUM_SLICES=str(n_slices),
-                FRAY_HOSTS_PER_SLICE=str(lease.hosts),
-                FRAY_REPLICA_ID=str(rank),
-                FRAY_NUM_REPLICAS=str(total),
-            )
+            env = slice_env.copy()
+            env["FRAY_HOST_ID"] = str(h)
+            env["FRAY_REPLICA_ID"] = str(rank)
             if tpu is not None:
-                env.update(
-                    TPU_WORKER_ID=str(h),
-                    TPU_NAME=lease.name,
-                    TPU_ACCELERATOR_TYPE=tpu.type,
-                    TPU_TOPOLOGY=tpu.resolved_topology,
-                )
-                if coordinator is not None:
-                    env.update(
-                        MEGASCALE_COORDINATOR_ADDRESS=coordinator,
-                        MEGASCALE_NUM_SLICES=str(n_slices),
-                        MEGASCALE_PORT=str(megascale_port),
-                        MEGASCALE_SLICE_ID=str(s),
-                    )
+                env["TPU_WORKER_ID"] = str(h)
             per_slice.append(env)
             rank += 1
         out.append(per_slice)

@@ -42,6 +42,9 @@ DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule
 DEFAULT_NAMESPACE = "fray"
 _KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0
+# ``launch`` writes the PENDING record, then creates the supervisor: another thread or process polling in
+# between must not call the job's supervisor gone. Once the supervisor wrote the record, no grace.
+SUPERVISOR_START_GRACE = 30.0
 
 _Supervisor = ray.remote(JobSupervisor)
 
@@ -146,7 +149,12 @@ class RayCluster(Cluster):
     def poll(self, job_id: JobId | str) -> JobInfo:
         record = self.store.read(str(job_id))
         info = JobInfo.from_json(record)
-        if not info.status.is_terminal() and record.get("backend") == "ray" and self._supervisor(str(job_id)) is None:
+        if (
+            not info.status.is_terminal()
+            and record.get("backend") == "ray"
+            and (info.attempts or info.status is not JobStatus.PENDING or time.time() - info.submitted_at > SUPERVISOR_START_GRACE)
+            and self._supervisor(str(job_id)) is None
+        ):
             # Re-read: the supervisor writes the final record just before it goes away.
             info = JobInfo.from_json(self.store.read(str(job_id)))
             if not info.status.is_terminal():

@@ -55,6 +55,7 @@ _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per hos
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
+INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 
 
@@ -111,7 +112,7 @@ class RaySliceProvider:
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
         self.autoscaling = autoscaling
-        self._entry: tuple[int, Any] | None = None
+        self._entry: tuple[tuple[int, str], Any] | None = None
         self._max_slices_seen: dict[str, int] = {}
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
         self._lock = threading.Lock()
@@ -257,14 +258,23 @@ class RaySliceProvider:
 
     # --------------------------------------------------------------------------------------- start
 
-    def _entry_ref(self, entrypoint: Entrypoint) -> Any:
-        if self._entry is None or self._entry[0] != id(entrypoint):
-            self._entry = (id(entrypoint), ray.put(cloudpickle.dumps(entrypoint)))
+    def _entry_arg(self, entrypoint: Entrypoint, attempt: str) -> Any:
+        """The pickled entrypoint as a host task argument, once per attempt.
+
+        Small (the usual case): the bytes themselves, which Ray inlines in the task spec, so no host fetches
+        anything before it starts. Large: a fresh ``ray.put`` for every attempt. A reference kept across
+        attempts has copies on the previous attempt's nodes; after a preemption a host may try to fetch it
+        from a removed node and stall until Ray declares that node dead (~15 s, measured in bench/NOTES.md).
+        """
+        key = (id(entrypoint), attempt)
+        if self._entry is None or self._entry[0] != key:
+            data = cloudpickle.dumps(entrypoint)
+            self._entry = (key, data if len(data) <= INLINE_ENTRY_LIMIT else ray.put(data))
         return self._entry[1]
 
     def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
         pg = lease.handle[1]
-        entry = self._entry_ref(entrypoint)
+        entry = self._entry_arg(entrypoint, env_per_host[0]["FRAY_ATTEMPT"])
         is_tpu = lease.device_type not in ("cpu", "gpu")
         runs = []
         for h, env in enumerate(env_per_host):

@@ -13,16 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
-from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
+from fray_core import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
+from fray_core.records import pid_alive  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray._host import gce_preempted  # noqa: E402
 from fray_ray.provider import PREEMPTION_ERRORS  # noqa: E402
+from fray_ray.supervisor import supervisor_name  # noqa: E402
 from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
 
 TPU = "v4-16"
@@ -30,7 +33,7 @@ TPU = "v4-16"
 
 
 def hold(marker_dir: str) -> str:
-    Path(marker_dir, f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}").touch()
+    Path(marker_dir, f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}").write_text(str(os.getpid()))
     release = Path(marker_dir, f"release-a{os.environ['FRAY_ATTEMPT']}")
     end = time.monotonic() + 120
     while not release.exists() and time.monotonic() < end:
@@ -171,6 +174,28 @@ def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: P
     info = ray_tpu_cluster.cluster.poll(job_id)
     assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
     assert [line for line in other.logs(job_id)] == list(ray_tpu_cluster.cluster.logs(job_id))
+
+
+def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    # launch writes the record just before it creates the supervisor: a poll in between sees PENDING
+    records = RayCluster(address=ray_tpu_cluster.address, jobs_dir=str(tmp_path / "records"))
+    fresh = JobInfo(job_id=JobId("launching-20261123-000000-000000"), name="x", status=JobStatus.PENDING, backend="ray")
+    records.store.write(fresh)
+    assert records.poll(fresh.job_id).status == JobStatus.PENDING
+    stale = attrs.evolve(fresh, job_id=JobId("launcher-died-20261123-000000-000000"), submitted_at=time.time() - 3600)
+    records.store.write(stale)
+    assert records.poll(stale.job_id).status == JobStatus.FAILED
+    cluster = ray_tpu_cluster.cluster
+    # a running job whose supervisor died (its node died, or the Ray cluster restarted)
+    job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
+    wait_for(lambda: started(tmp_path, 0) == 2, what="both hosts")
+    ray.kill(ray.get_actor(supervisor_name(job_id), namespace=cluster.namespace), no_restart=True)
+    info = wait_for(lambda: (i := cluster.poll(job_id)).status.is_terminal() and i, what="the job to be reported ended")
+    assert info.status == JobStatus.FAILED and "supervisor" in info.error and "is gone" in info.error
+    # the hosts' tasks were owned by the supervisor: Ray ends them with it, and its placement groups
+    for m in tmp_path.glob("started-a0-*"):
+        pid = int(m.read_text())
+        wait_for(lambda pid=pid: not pid_alive(pid), what=f"host {m.name} to die with its supervisor")
 
 
 def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any) -> None:
