@@ -25,7 +25,7 @@ from fray_core.records import pid_alive  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray._host import gce_preempted  # noqa: E402
 from fray_ray.provider import PREEMPTION_ERRORS  # noqa: E402
-from fray_ray.supervisor import supervisor_name  # noqa: E402
+from fray_ray.supervisor import SUPERVISOR_PREFIX  # noqa: E402
 from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
 
 TPU = "v4-16"
@@ -157,6 +157,7 @@ def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> Non
 def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_cluster: Any) -> None:
     probing = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, preemption_probe=lambda: True)
     info = probing.wait(probing.launch(tpu_request(fail, max_retries_preemption=1)), timeout=120)
+    probing.close()
     assert info.status == JobStatus.FAILED
     assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "PREEMPTED"] and info.failures == 0
     assert "HostPreemptedError" in info.attempts[0].cause and "RuntimeError: the user's code failed" in info.attempts[0].cause
@@ -189,13 +190,38 @@ def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cl
     # a running job whose supervisor died (its node died, or the Ray cluster restarted)
     job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
     wait_for(lambda: started(tmp_path, 0) == 2, what="both hosts")
-    ray.kill(ray.get_actor(supervisor_name(job_id), namespace=cluster.namespace), no_restart=True)
+    ray.kill(cluster._supervisor(job_id), no_restart=True)
     info = wait_for(lambda: (i := cluster.poll(job_id)).status.is_terminal() and i, what="the job to be reported ended")
     assert info.status == JobStatus.FAILED and "supervisor" in info.error and "is gone" in info.error
     # the hosts' tasks were owned by the supervisor: Ray ends them with it, and its placement groups
     for m in tmp_path.glob("started-a0-*"):
         pid = int(m.read_text())
         wait_for(lambda pid=pid: not pid_alive(pid), what=f"host {m.name} to die with its supervisor")
+
+
+def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tpu_cluster: Any) -> None:
+    from ray.util import list_named_actors
+
+    from fray_ray.cluster import _Supervisor
+
+    def alive(name: str) -> bool:
+        return any(a["name"] == name for a in list_named_actors(all_namespaces=True))
+
+    client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
+    first = client.launch(JobRequest(name="first", entrypoint=Entrypoint(callable=os.getpid)))
+    warm = client._standby[0]
+    wait_for(lambda: alive(warm), what="the next job's supervisor to be up")
+    second = client.launch(JobRequest(name="second", entrypoint=Entrypoint(callable=os.getpid)))
+    assert client.store.read(second)["owner"]["ray_actor"] == warm  # the launch took the warm one
+    assert all(i.status == JobStatus.SUCCEEDED for i in client.wait([first, second], timeout=120))
+    warm = client._standby[0]
+    client.close()
+    wait_for(lambda: not alive(warm), what="close() to remove the unused supervisor")
+    # one that no client removes (its client was killed) goes away by itself
+    name = "fray-supervisor-expiry-test"
+    _Supervisor.options(name=name, namespace="fray", lifetime="detached", num_cpus=0, max_concurrency=4).remote(name, idle_timeout=1.0)
+    wait_for(lambda: alive(name), what="the standby to start")
+    wait_for(lambda: not alive(name), what="an idle standby to remove itself")
 
 
 def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any) -> None:
@@ -211,7 +237,8 @@ def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any)
 
     def leftovers() -> tuple[list[str], list[str]]:
         pgs = [pg["name"] for pg in fray_groups() if pg["state"] != "REMOVED"]
-        actors = [a["name"] for a in list_named_actors(all_namespaces=True) if a["name"].startswith("fray-job-")]
+        warm = {cluster._standby[0]} if cluster._standby else set()  # the next job's supervisor, idle
+        actors = [a["name"] for a in list_named_actors(all_namespaces=True) if a["name"].startswith(SUPERVISOR_PREFIX) and a["name"] not in warm]
         return pgs, actors
 
     # removal is asynchronous in Ray: give it a bounded moment, then it must be empty
