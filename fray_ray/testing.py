@@ -83,6 +83,7 @@ class FakeTpuCluster:
     _counter: Any = attrs.field(factory=lambda: itertools.count())
     _threads: list[threading.Thread] = attrs.field(factory=list)
     _closed: threading.Event = attrs.field(factory=threading.Event)
+    _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
 
     def add_slice(self, tpu_type: str, wait: bool = True) -> str:
         """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name."""
@@ -122,6 +123,7 @@ class FakeTpuCluster:
             nodes = self._nodes.pop(slice_name)
             tpu_type = self._types.pop(slice_name)
         for node in nodes:
+            self._removed.append(node.node_id)
             self.ray_cluster.remove_node(node, allow_graceful=False)
         if restore_after is None:
             return
@@ -140,6 +142,25 @@ class FakeTpuCluster:
         end = time.monotonic() + timeout
         for t in list(self._threads):
             t.join(max(0.0, end - time.monotonic()))
+
+
+    def wait_settled(self, timeout: float = 120.0) -> None:
+        """Block until every restore is done and Ray reports every removed host dead.
+
+        A removed node looks alive to Ray for 12-15 s (ray-tpu-facts.md): work scheduled on it then dies
+        the way preempted work does. Tests that must not see a preemption start from a settled cluster.
+        """
+        import ray
+
+        end = time.monotonic() + timeout
+        self.wait_restored(timeout)
+        while True:
+            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+            if not alive.intersection(self._removed):
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError(f"wait_settled: removed nodes still alive after {timeout}s")
+            time.sleep(0.2)
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ def _ray_all_free(fake: object) -> Callable[[], bool]:
 
         from fray_core.tpu import get_tpu_spec
 
-        fake.wait_restored()  # type: ignore[attr-defined]
+        fake.wait_settled()  # type: ignore[attr-defined]
         live = len(fake.slices().get(TPU, []))  # type: ignore[attr-defined]
         return live == 2 and ray.available_resources().get(get_tpu_spec(TPU).head_resource, 0) >= 2
 

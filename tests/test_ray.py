@@ -122,6 +122,7 @@ def test_the_job_outlives_its_driver_and_is_pollable_by_id(ray_tpu_cluster: Any,
 
 
 def test_job_context_runs_ray_tasks_and_actors_inside_a_job(ray_tpu_cluster: Any) -> None:
+    ray_tpu_cluster.wait_settled()  # no actor of this job may land on a removed host Ray still counts alive
     cluster = ray_tpu_cluster.cluster
     info = cluster.wait(cluster.launch(tpu_request(use_the_job_context)), timeout=120, raise_on_failure=True)
     assert info.result == [{"squares": [0, 1, 4, 9], "total": 4, "ctx": "RayJobContext"}] * 2
