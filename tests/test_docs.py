@@ -233,3 +233,25 @@ def test_parser_follows_the_convention() -> None:
     assert blocks[1].flag("file") == "train.py"
     assert shell_commands(blocks[2]) == ["fray list", "ID=$(fray launch a:b)"]
     assert shell_commands(blocks[3]) == ["fray status $ID  --json"]
+
+
+def test_readme_usage_runs(tmp_path: Path) -> None:
+    """README.md's usage example runs as written (its set-up commands are what CI runs)."""
+    blocks = [b for b in parse_blocks((DOCS.parent / "README.md").read_text()) if _runs(b)]
+    assert blocks, "README.md has no python usage block"
+    script = tmp_path / "readme_usage.py"
+    script.write_text(_script("../README.md", blocks))
+    _run([sys.executable, str(script)], tmp_path, _env(tmp_path), "README.md's usage example")
+
+
+def test_readme_demo_command_runs(tmp_path: Path) -> None:
+    """README.md's demo (``python examples/multislice_demo.py``): a preempted attempt, then success."""
+    demo = DOCS.parent / "examples" / "multislice_demo.py"
+    assert f"python {demo.relative_to(DOCS.parent)}" in (DOCS.parent / "README.md").read_text()
+    r = subprocess.run(
+        [sys.executable, str(demo)], cwd=DOCS.parent, env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "SUCCEEDED, preemptions=1, failures=0" in r.stdout, r.stdout[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line[:1].isdigit()]  # the attempts table
+    assert [row.split()[0] for row in rows] == ["0", "1"] and "PREEMPTED" in rows[0] and "SUCCEEDED" in rows[1], rows
