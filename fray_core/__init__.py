@@ -13,8 +13,8 @@ This package never imports ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from fray_core._lazy import lazy_exports
+from typing import TYPE_CHECKING
 
 # Submodules load on first use (PEP 562), so `import fray_core` costs almost nothing and never imports ray.
 _LAZY: dict[str, str] = {
@@ -131,14 +131,4 @@ __all__ = [
 
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fray_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

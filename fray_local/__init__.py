@@ -10,8 +10,8 @@ This package never imports ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from fray_core._lazy import lazy_exports
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
@@ -35,14 +35,4 @@ _LAZY = {name: "fray_local.cluster" for name in ("DEFAULT_LOCAL_POLICY", "LocalC
 _LAZY.update({name: "fray_local.fleet" for name in __all__ if name not in _LAZY})
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fray_local' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

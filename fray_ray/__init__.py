@@ -9,8 +9,8 @@ Submodules load on first use, so ``import fray_ray`` does not import ray by itse
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from fray_core._lazy import lazy_exports
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fray_ray.cluster import DEFAULT_RAY_POLICY, RayCluster
@@ -27,14 +27,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fray_ray' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -20,8 +20,8 @@ Nothing here imports ray: a ``@ray.remote`` function is recognised by duck typin
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from fray_core._lazy import lazy_exports
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fray_core.compat.levanter import (
@@ -49,14 +49,4 @@ _LAZY = {name: "fray_core.compat.ray_resources" for name in ("environment_from_r
 _LAZY.update({name: "fray_core.compat.levanter" for name in __all__ if name not in _LAZY})
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fray_core.compat' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
