@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import check_hosts, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,25 +79,6 @@ def block_first_attempt(marker_dir: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- helpers
-
-
-def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int = 0) -> None:
-    """One entry per host in (slice, host) order, one process each, MEGASCALE env right for multislice."""
-    assert len(result) == n_slices * 2
-    assert [(r["FRAY_SLICE_ID"], r["TPU_WORKER_ID"]) for r in result] == [
-        (str(s), str(h)) for s in range(n_slices) for h in range(2)
-    ]
-    assert {r["FRAY_ATTEMPT"] for r in result} == {str(attempt)}
-    assert len({r["pid"] for r in result}) == len(result)
-    assert len({r["TPU_NAME"] for r in result}) == n_slices
-    if n_slices == 1:
-        assert not any(k.startswith("MEGASCALE_") for r in result for k in r)
-    else:
-        assert len({r["MEGASCALE_COORDINATOR_ADDRESS"] for r in result}) == 1
-        assert {r["MEGASCALE_NUM_SLICES"] for r in result} == {str(n_slices)}
-        assert [r["MEGASCALE_SLICE_ID"] for r in result] == [str(s) for s in range(n_slices) for _ in range(2)]
-        assert {r["MEGASCALE_PORT"] for r in result} == {"8081"}
-
 
 
 class InThread:

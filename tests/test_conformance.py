@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from helpers import wait_for
+from helpers import check_hosts, wait_for
 
 from fray_core import Cluster, Entrypoint, JobRequest, JobStatus, ResourceConfig, create_environment
 from fray_core.records import pid_alive
@@ -117,25 +117,6 @@ def tpu_job(fn: Callable[..., object], marker_dir: Path, slices: int | list[int]
 
 def markers(marker_dir: Path, attempt: int) -> list[Path]:
     return sorted(marker_dir.glob(f"a{attempt}-s*-h*"))
-
-
-def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int) -> None:
-    assert len(result) == n_slices * 2  # one entry per host, in (slice, host) order
-    assert [(r["FRAY_SLICE_ID"], r["TPU_WORKER_ID"]) for r in result] == [
-        (str(s), str(h)) for s in range(n_slices) for h in range(2)
-    ]
-    assert {r["FRAY_ATTEMPT"] for r in result} == {str(attempt)}
-    assert len({r["pid"] for r in result}) == len(result)  # one process per host
-    for s in range(n_slices):
-        assert len({r["TPU_NAME"] for r in result[2 * s : 2 * s + 2]}) == 1  # both hosts on the same slice
-    assert len({r["TPU_NAME"] for r in result}) == n_slices
-    if n_slices == 1:
-        assert not any(k.startswith("MEGASCALE_") for r in result for k in r)
-    else:
-        assert len({r["MEGASCALE_COORDINATOR_ADDRESS"] for r in result}) == 1
-        assert {r["MEGASCALE_NUM_SLICES"] for r in result} == {str(n_slices)}
-        assert [r["MEGASCALE_SLICE_ID"] for r in result] == [str(s) for s in range(n_slices) for _ in range(2)]
-        assert {r["MEGASCALE_PORT"] for r in result} == {"8081"}
 
 
 # ------------------------------------------------------------------------------------------- scenarios
