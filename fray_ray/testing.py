@@ -143,7 +143,6 @@ class FakeTpuCluster:
         for t in list(self._threads):
             t.join(max(0.0, end - time.monotonic()))
 
-
     def wait_settled(self, timeout: float = 120.0) -> None:
         """Block until every restore is done and Ray reports every removed host dead.
 
