@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -128,17 +129,27 @@ def _script(name: str, blocks: list[Block]) -> str:
 
 
 def _bin_dir(tmp: Path) -> Path:
-    """``python`` (this interpreter) and ``fray`` first on PATH."""
+    """``python`` (this interpreter, in its environment) and ``fray`` first on PATH, as a user's shell has them.
+
+    ``python`` is a script that execs ``sys.executable`` by its own path, not a symlink to it: Python finds
+    its venv from the path it was started by (``pyvenv.cfg`` next to or above it), so a venv's python
+    symlinked into another directory starts as the base interpreter, without the venv's packages (Fray
+    itself and its pytest plugin). The venv's ``fray`` script names its interpreter in its shebang.
+    """
     bin_dir = tmp / ".bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "python").symlink_to(sys.executable)
+    _exec_script(bin_dir / "python", [sys.executable])
     fray = Path(sys.executable).with_name("fray")
     if fray.exists():
         (bin_dir / "fray").symlink_to(fray)
     else:
-        (bin_dir / "fray").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fray_core.cli "$@"\n')
-        (bin_dir / "fray").chmod(0o755)
+        _exec_script(bin_dir / "fray", [sys.executable, "-m", "fray_core.cli"])
     return bin_dir
+
+
+def _exec_script(path: Path, argv: list[str]) -> None:
+    path.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n')
+    path.chmod(0o755)
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -217,6 +228,18 @@ def test_doc_ray_blocks(name: str, tmp_path: Path, request: pytest.FixtureReques
     script.write_text(_script(name, blocks))
     env = _env(tmp_path, FRAY_CLUSTER_SPEC=f"ray?address={fake.address}&jobs_dir={tmp_path / 'ray-jobs'}")
     _run([sys.executable, str(script)], tmp_path, env, f"ray blocks of docs/{name}")
+
+
+def test_doc_shell_python_is_this_environment(tmp_path: Path) -> None:
+    """``python`` in the docs' shell commands is this interpreter in its environment: run from a venv, it is
+    that venv (its site-packages, Fray installed there, Fray's pytest plugin), as for a user who activated it."""
+    r = subprocess.run(
+        ["bash", "-c", "python -c 'import sys; print(sys.prefix); print(sys.executable)'"],
+        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    prefix, executable = r.stdout.split()
+    assert (prefix, executable) == (sys.prefix, sys.executable)
 
 
 def test_parser_follows_the_convention() -> None:
