@@ -278,3 +278,15 @@ def test_readme_demo_command_runs(tmp_path: Path) -> None:
     assert "SUCCEEDED, preemptions=1, failures=0" in r.stdout, r.stdout[-3000:]
     rows = [line for line in r.stdout.splitlines() if line[:1].isdigit()]  # the attempts table
     assert [row.split()[0] for row in rows] == ["0", "1"] and "PREEMPTED" in rows[0] and "SUCCEEDED" in rows[1], rows
+
+
+def test_readme_says_how_to_install_the_distribution() -> None:
+    """README names the distribution pyproject.toml builds (not ``fray``: that name on PyPI is another project)."""
+    pyproject = (DOCS.parent / "pyproject.toml").read_text()
+    m = re.search(r'^\[project\]\n(?:.*\n)*?name = "([^"]+)"', pyproject, re.M)
+    assert m, "pyproject.toml has no [project].name"
+    name = m.group(1)
+    assert name != "fray"
+    readme = (DOCS.parent / "README.md").read_text()
+    assert f"distribution is called `{name}`" in readme
+    assert "python -m pip install -e ." in readme
