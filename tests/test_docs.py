@@ -21,6 +21,7 @@ The convention, for anyone writing docs:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -290,3 +291,25 @@ def test_readme_says_how_to_install_the_distribution() -> None:
     readme = (DOCS.parent / "README.md").read_text()
     assert f"distribution is called `{name}`" in readme
     assert "python -m pip install -e ." in readme
+
+
+def test_ci_runs_readme_test_command() -> None:
+    """``.ci/run`` runs README.md's test command word for word: the command ``.ci/readme_test_command.py``
+    reads is README's one bash block that runs pytest, and ``.ci/run`` runs what it prints in a fresh venv."""
+    root = DOCS.parent
+    spec = importlib.util.spec_from_file_location("readme_test_command", root / ".ci" / "readme_test_command.py")
+    assert spec and spec.loader
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    readme = (root / "README.md").read_text()
+    blocks = [b for b in parse_blocks(readme) if b.lang == "bash" and "pytest" in b.code]
+    assert len(blocks) == 1, blocks
+    assert helper.test_command(readme) == blocks[0].code.strip()
+    ci = (root / ".ci" / "run").read_text()
+    for step in ("cmd=$(python3 .ci/readme_test_command.py)", 'rm -rf "$venv"', 'python3 -m venv "$venv"',
+                 '. "$venv/bin/activate"', 'bash -c "$cmd"', 'exit "$status"'):
+        assert step in ci, step
+    with pytest.raises(ValueError, match="found 2"):
+        helper.test_command("```bash\npython -m pytest a\n```\n\n```bash\npytest b\n```\n")
+    with pytest.raises(ValueError, match="one line"):
+        helper.test_command("```bash\npip install -e .\npython -m pytest\n```\n")
