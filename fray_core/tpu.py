@@ -61,24 +61,42 @@ def _topology_2d(chips: int) -> str:
     return f"{min(a, b)}x{max(a, b)}"
 
 
+# v4 and v5p slices of 64 chips and more may be any torus whose three sides are multiples of 4, up to these
+# sides (smallest first): 4x4x12 is a v4-384, 4x4x20 a v5p-640. The same shapes as Ray 2.60's topology table
+# (tests/test_tpu_catalog.py compares them). v4-4096 (8x16x16) is past v4's sides: GCP offers it, Ray's table
+# stops at 12x12x16 (a deliberate difference).
+_TORUS_SIDES: dict[str, tuple[int, int, int]] = {"v4": (12, 12, 16), "v5p": (16, 16, 24)}
+
+
+def _tori(max_sides: tuple[int, int, int]) -> dict[int, str]:
+    """Chips -> the most cube-like torus with sides multiples of 4 within ``max_sides`` (smallest side first):
+    the smallest longest side, then the largest shortest side (768 chips: 8x8x12, not 4x12x16)."""
+    best: dict[int, tuple[int, int, int]] = {}
+    a_max, b_max, c_max = max_sides
+    for a in range(4, a_max + 1, 4):
+        for b in range(a, b_max + 1, 4):
+            for c in range(b, c_max + 1, 4):
+                n = a * b * c
+                if n not in best or (c, -a) < (best[n][2], -best[n][0]):
+                    best[n] = (a, b, c)
+    return {n: "x".join(map(str, dims)) for n, dims in best.items()}
+
+
 def _build_catalog() -> dict[str, TpuSpec]:
     catalog: dict[str, TpuSpec] = {}
 
     def add_3d(gen: str, max_cores: int) -> None:
-        cores = 8
-        while cores <= max_cores:
-            chips = cores // 2
+        """Powers of two from 8 TensorCores (4 chips) to ``max_cores``, plus the other tori of the generation."""
+        topologies = {2**k // 2: _topology_3d(2**k // 2) for k in range(3, int(math.log2(max_cores)) + 1)}
+        topologies = {**_tori(_TORUS_SIDES[gen]), **topologies} if gen in _TORUS_SIDES else topologies
+        for chips in sorted(topologies):
             hosts = max(1, chips // 4)
-            catalog[f"{gen}-{cores}"] = TpuSpec(
-                f"{gen}-{cores}", gen, chips, hosts, chips // hosts, _topology_3d(chips), 2
-            )
-            cores *= 2
+            name = f"{gen}-{chips * 2}"
+            catalog[name] = TpuSpec(name, gen, chips, hosts, chips // hosts, topologies[chips], 2)
 
     add_3d("v4", 4096)
-    add_3d("v7x", 128)
-    # v5p goes in powers of two up to 8192 cores, plus the full pod of 12288 cores (6144 chips).
-    add_3d("v5p", 8192)
-    catalog["v5p-12288"] = TpuSpec("v5p-12288", "v5p", 6144, 1536, 4, "16x16x24", 2)
+    add_3d("v5p", 8192)  # with the tori: up to the full v5p-12288 (16x16x24, 6144 chips)
+    add_3d("v7x", 4096)  # up to 8x16x16 (2048 chips), as GKE and Ray 2.60 list tpu7x topologies
 
     for gen in ("v5litepod", "v6e"):
         singles = [1, 2, 4, 8] if gen == "v5litepod" else [1, 4, 8]
