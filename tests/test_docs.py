@@ -239,7 +239,7 @@ def test_doc_shell_python_is_this_environment(tmp_path: Path) -> None:
         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60,
     )
     assert r.returncode == 0, r.stderr
-    prefix, executable = r.stdout.split()
+    prefix, executable = r.stdout.splitlines()
     assert (prefix, executable) == (sys.prefix, sys.executable)
 
 
