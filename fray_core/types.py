@@ -673,9 +673,6 @@ class StoredResult:
         return "StoredResult(...)"
 
 
-_NOT_LOADED: Any = object()
-
-
 def _result_converter(value: Any) -> Any:
     if value is None or isinstance(value, StoredResult):
         return value
@@ -717,15 +714,15 @@ class JobInfo:
     progress: str | None = None  # what the job is doing now, e.g. "waiting for 2 x v4-16"
     #: why a SUCCEEDED job's results are missing (e.g. "cannot be pickled: ..."); None when they were stored
     result_error: str | None = None
-    _loaded: Any = attrs.field(init=False, default=_NOT_LOADED, eq=False, repr=False)
+    _loaded: tuple[list[Any]] | None = attrs.field(init=False, default=None, eq=False, repr=False)  # (results,)
 
     @property
     def result(self) -> list[Any] | None:
         """The per-process results (loaded from the job store on first access), ``None`` before success."""
         if isinstance(self._result, StoredResult):
-            if self._loaded is _NOT_LOADED:
-                self._loaded = self._result.load()
-            return self._loaded
+            if self._loaded is None:
+                self._loaded = (self._result.load(),)
+            return self._loaded[0]
         if self._result is None and self.status is JobStatus.SUCCEEDED and self.result_error:
             from fray_core.errors import ResultUnavailableError
 
@@ -735,7 +732,7 @@ class JobInfo:
     @result.setter
     def result(self, value: list[Any] | StoredResult | None) -> None:
         self._result = _result_converter(value)
-        self._loaded = _NOT_LOADED
+        self._loaded = None
 
     @property
     def stored_result(self) -> StoredResult | None:

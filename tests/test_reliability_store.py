@@ -112,6 +112,7 @@ def test_result_loads_only_when_asked_and_info_stays_a_plain_record(cluster: Loc
     assert a == b and a.to_json() == b.to_json()
     json.dumps(a.to_json())
     assert a.result == [41] and a == b  # loading does not change equality
+    assert pickle.loads(pickle.dumps(b)).result == [41]  # a copy loads on its own, from the store
     assert reader.result(job_id) == [41] and cluster.result(job_id) == [41]
     failed = cluster.launch(JobRequest(name="fails", entrypoint=Entrypoint(binary="false")))
     cluster.wait(failed, timeout=60)
