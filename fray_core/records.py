@@ -122,11 +122,11 @@ class JobStore:
         self.shared = _shared_from_env() if shared is None else bool(shared)
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
         self.is_local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
-        self._dir_mode = 0o755 if self.shared else 0o700
-        self._file_mode = 0o644 if self.shared else 0o600
+        self.dir_mode = 0o755 if self.shared else 0o700  # of every dir the store creates
+        self.file_mode = 0o644 if self.shared else 0o600  # of records, logs and results (and any file beside them)
         if self.is_local:
             if not os.path.isdir(self._root_path):
-                os.makedirs(self._root_path, mode=self._dir_mode, exist_ok=True)
+                os.makedirs(self._root_path, mode=self.dir_mode, exist_ok=True)
         else:
             self.fs.makedirs(self._root_path, exist_ok=True)
 
@@ -174,7 +174,7 @@ class JobStore:
         if not self.is_local:
             return
         self._make_job_dir(job_id)
-        fd = os.open(self._p(job_id, LOG), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, self._file_mode)
+        fd = os.open(self._p(job_id, LOG), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, self.file_mode)
         os.close(fd)
 
     def _make_job_dir(self, job_id: str) -> None:
@@ -183,10 +183,10 @@ class JobStore:
             self.fs.makedirs(path, exist_ok=True)
             return
         try:
-            os.mkdir(path, self._dir_mode)
+            os.mkdir(path, self.dir_mode)
         except FileExistsError:
             return
-        os.chmod(path, self._dir_mode)  # mkdir's mode is reduced by the umask; be exact
+        os.chmod(path, self.dir_mode)  # mkdir's mode is reduced by the umask; be exact
 
     def _write_atomic(self, job_id: str, name: str, data: bytes) -> None:
         """Readers see the old file or the new one, never part of one (write to a temp file, then rename)."""
@@ -200,7 +200,7 @@ class JobStore:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             if self.shared:
-                os.chmod(tmp, self._file_mode)
+                os.chmod(tmp, self.file_mode)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -359,11 +359,6 @@ class JobStore:
         )
 
     # ---------------------------------------------------------------------------------------- results
-
-    def write_result(self, job_id: str, results: list[Any]) -> None:
-        """Store results atomically (prefer :meth:`write`, which stores them before the SUCCEEDED record)."""
-        self._make_job_dir(job_id)
-        self._write_atomic(job_id, RESULT, cloudpickle.dumps(results))
 
     def read_result(self, job_id: str, expected_size: int | None = None) -> list[Any]:
         """Load a job's results: the one place the store unpickles. Raises :class:`ResultUnavailableError`
