@@ -28,9 +28,9 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, TextIO, overload
+from typing import TYPE_CHECKING, Any, TextIO, overload
 
-from fray_core.errors import JobFailedError, UnknownBackendError, WaitTimeoutError
+from fray_core.errors import JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
@@ -72,6 +72,28 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
         """The job's output lines, each prefixed with its host tag (``[s0/h1]``, ``[r0]``)."""
+
+    def result(self, job_id: JobId | str) -> list[Any]:
+        """The results of a SUCCEEDED job, one entry per process in (slice, host) order, loaded now.
+
+        Listing and polling never unpickle; this (or ``info.result``) is where results are loaded. Raises
+        :class:`~fray_core.errors.ResultUnavailableError` when the job did not succeed or its results cannot
+        be loaded (the message says why), :class:`~fray_core.errors.UnsafeJobsDirError` when the jobs dir is
+        not safe to unpickle from.
+
+        >>> cluster.result(job_id)  # doctest: +SKIP
+        [{'loss': 0.12}, {'loss': 0.12}]
+        """
+        info = self.poll(job_id)
+        if info.status is not JobStatus.SUCCEEDED:
+            raise ResultUnavailableError(
+                f"job {info.job_id} is {info.status.value}: only a SUCCEEDED job has results"
+                + (f" (error: {info.error})" if info.error and info.status.is_terminal() else "")
+            )
+        result = info.result
+        if result is None:  # a backend that attaches no results to a SUCCEEDED job
+            raise ResultUnavailableError(f"job {info.job_id}: no results were recorded")
+        return result
 
     def job_context(self) -> JobContext:
         """The context for small tasks (``fray_job_ctx()``) on this backend."""

@@ -43,3 +43,18 @@ class JobFailedError(FrayError):
 
 class WaitTimeoutError(FrayError, TimeoutError):
     """A blocking wait reached its deadline."""
+
+
+class RecordError(FrayError, ValueError):
+    """A job's record cannot be read (not JSON, not an object, a field of the wrong type, a directory, a
+    symbolic link). Only that job is affected: ``list_jobs()`` lists it as UNKNOWN with this message."""
+
+
+class ResultUnavailableError(FrayError):
+    """A SUCCEEDED job's results cannot be loaded: never stored (``JobInfo.result_error`` says why), damaged,
+    of a class that cannot be imported here, or in a job store that is not safe to unpickle from."""
+
+
+class UnsafeJobsDirError(ResultUnavailableError, PermissionError):
+    """Results are not loaded from a jobs dir or job dir that another user owns or could write: unpickling
+    a file runs code, as whoever reads it. The message says which dir, why, and how to fix it."""

@@ -3,29 +3,48 @@
 Layout under the jobs dir (``FRAY_JOBS_DIR``, default ``~/.cache/fray/jobs``)::
 
     <job_id>/record.json     status, attempts, counters, timestamps, owner (written atomically)
-    <job_id>/result.pkl      cloudpickled per-host results of the successful attempt
+    <job_id>/result.pkl      cloudpickled per-host results of the successful attempt (written atomically,
+                             before the record says SUCCEEDED)
     <job_id>/job.log         every host's output, each line prefixed with its slice/host tag
+
+Safety rules (docs/backends.md, "The job store"): listing and polling read only JSON; results are unpickled
+only when asked for (``JobInfo.result``, ``Cluster.result``), and on a local disk only from a jobs dir and job
+dir that belong to the reader and that nobody else can write. Nothing inside the jobs dir is reached through a
+symbolic link. A private store (the default) makes its dirs 0700 and its files 0600; ``shared=True`` (or
+``FRAY_JOBS_SHARED=1``) makes them readable by others (0755/0644) and accepts a jobs dir others can write.
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
+import functools
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
 
-from fray_core.errors import JobNotFoundError
-from fray_core.types import JobId, JobInfo
+from fray_core.errors import JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
+from fray_core.types import JobId, JobInfo, JobStatus, StoredResult
 
-__all__ = ["JobStore", "default_jobs_dir", "new_job_id", "owner_info", "pid_alive"]
+__all__ = ["SHARED_ENV", "JobStore", "default_jobs_dir", "new_job_id", "owner_info", "pid_alive"]
+
+#: set to 1 to make a jobs dir shared on purpose (see :class:`JobStore`)
+SHARED_ENV = "FRAY_JOBS_SHARED"
+RECORD = "record.json"
+RESULT = "result.pkl"
+LOG = "job.log"
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KiB; more is not one of ours
+INCOMPLETE_GRACE = 30.0  # seconds a job dir may lack its record (it is being created) before it is reported
 
 
 def default_jobs_dir() -> str:
@@ -64,93 +83,382 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-class JobStore:
-    """Reads and writes job records under one root (any fsspec URL)."""
+def _shared_from_env() -> bool:
+    value = os.environ.get(SHARED_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{SHARED_ENV}={value!r}: expected 1 (a jobs dir shared on purpose) or 0 (private, the default)")
 
-    def __init__(self, root: str | None = None) -> None:
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+class JobStore:
+    """Reads and writes job records, results and logs under one root (any fsspec URL).
+
+    - ``root``: the jobs dir; default ``$FRAY_JOBS_DIR``, else ``~/.cache/fray/jobs``.
+    - ``shared``: ``False`` (default, unless ``FRAY_JOBS_SHARED=1``): a private store, dirs 0700 and files
+      0600, and results are loaded only when the jobs dir is yours and nobody else can write it. ``True``:
+      dirs 0755 and files 0644 (others can list your jobs and read their logs), and the jobs dir itself may be
+      writable by others (a team dir, e.g. mode 1777); results are still loaded only from job dirs you own
+      that nobody else can write.
+
+    >>> store = JobStore("/tmp/fray-doctest-jobs")  # doctest: +SKIP
+    >>> store.read_info(job_id)[0].status           # doctest: +SKIP
+    """
+
+    def __init__(self, root: str | None = None, *, shared: bool | None = None) -> None:
         import fsspec  # imported here: it costs ~40 ms, and `import fray_local` stays cheap
 
         self.root = (root or default_jobs_dir()).rstrip("/")
+        self.shared = _shared_from_env() if shared is None else bool(shared)
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
         self.is_local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
-        self.fs.makedirs(self._root_path, exist_ok=True)
+        self.dir_mode = 0o755 if self.shared else 0o700  # of every dir the store creates
+        self.file_mode = 0o644 if self.shared else 0o600  # of records, logs and results (and any file beside them)
+        if self.is_local:
+            if not os.path.isdir(self._root_path):
+                os.makedirs(self._root_path, mode=self.dir_mode, exist_ok=True)
+        else:
+            self.fs.makedirs(self._root_path, exist_ok=True)
 
     def _p(self, job_id: str, name: str = "") -> str:
-        if not job_id or "/" in job_id or job_id.startswith("."):
+        if not isinstance(job_id, str) or not job_id or "/" in job_id or "\0" in job_id or job_id.startswith("."):
             raise JobNotFoundError(f"unknown job id {job_id!r}")
         base = f"{self._root_path}/{job_id}"
         return f"{base}/{name}" if name else base
 
     def exists(self, job_id: str) -> bool:
-        return self.fs.exists(self._p(job_id, "record.json"))
+        if self.is_local:
+            return os.path.lexists(self._p(job_id, RECORD))
+        return self.fs.exists(self._p(job_id, RECORD))
+
+    # ------------------------------------------------------------------------------------ local files
+
+    def _open_nofollow(self, job_id: str, name: str) -> tuple[os.stat_result, int]:
+        """The job dir's stat and an fd for ``name`` in it; no symbolic link is followed on the way
+        (a link raises ``OSError`` with ``errno.ELOOP``)."""
+        try:
+            dfd = os.open(self._p(job_id), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except NotADirectoryError:
+            if os.path.islink(self._p(job_id)):  # Linux reports a link opened with O_DIRECTORY as ENOTDIR
+                raise OSError(errno.ELOOP, "a symbolic link", self._p(job_id)) from None
+            raise
+        try:
+            return os.fstat(dfd), os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def _read_bytes(self, job_id: str, name: str, limit: int | None = None, offset: int = 0) -> bytes:
+        if not self.is_local:
+            with self.fs.open(self._p(job_id, name), "rb") as f:
+                f.seek(offset)
+                return f.read() if limit is None else f.read(limit + 1)
+        _, fd = self._open_nofollow(job_id, name)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IsADirectoryError(errno.EISDIR, "not a regular file", self._p(job_id, name))
+            f.seek(offset)
+            return f.read() if limit is None else f.read(limit + 1)
+
+    def prepare(self, job_id: str) -> None:
+        """Make the job's dir and an empty log with the store's modes (before a log writer opens it)."""
+        if not self.is_local:
+            return
+        self._make_job_dir(job_id)
+        fd = os.open(self._p(job_id, LOG), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, self.file_mode)
+        os.close(fd)
+
+    def _make_job_dir(self, job_id: str) -> None:
+        path = self._p(job_id)
+        if not self.is_local:
+            self.fs.makedirs(path, exist_ok=True)
+            return
+        try:
+            os.mkdir(path, self.dir_mode)
+        except FileExistsError:
+            return
+        os.chmod(path, self.dir_mode)  # mkdir's mode is reduced by the umask; be exact
+
+    def _write_atomic(self, job_id: str, name: str, data: bytes) -> None:
+        """Readers see the old file or the new one, never part of one (write to a temp file, then rename)."""
+        path = self._p(job_id, name)
+        if not self.is_local:  # object stores replace whole objects atomically
+            with self.fs.open(path, "wb") as f:
+                f.write(data)
+            return
+        fd, tmp = tempfile.mkstemp(dir=self._p(job_id), prefix=f".{name}.", suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            if self.shared:
+                os.chmod(tmp, self.file_mode)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     # ---------------------------------------------------------------------------------------- records
 
     def write(self, info: JobInfo, **extra: Any) -> None:
-        """Write the record atomically: readers see the old or the new one, never half of one."""
+        """Write the record atomically: readers see the old or the new one, never half of one.
+
+        The one way results are stored: when ``info`` says SUCCEEDED and holds its results in memory, they
+        are written first (atomically), so a SUCCEEDED record always has its results, or says in
+        ``result_error`` why not (they cannot be pickled, or the disk is full). ``info`` then refers to the
+        stored copy instead of holding the results, so a long-lived process does not keep every job's results.
+        """
+        self._make_job_dir(info.job_id)
+        if info.status is JobStatus.SUCCEEDED and info.result_error is None and info.result_in_memory is not None:
+            self._store_results(info, info.result_in_memory)
         record = info.to_json()
+        stored = info.stored_result
+        if stored is not None and stored.size is not None:
+            record["result_size"] = stored.size
         record.update(extra)
         data = json.dumps(record, indent=1, sort_keys=True, default=str)
-        path = self._p(info.job_id, "record.json")
-        self.fs.makedirs(self._p(info.job_id), exist_ok=True)
-        if self.is_local:
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".record.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        else:  # object stores replace whole objects atomically
-            with self.fs.open(path, "w") as f:
-                f.write(data)
+        self._write_atomic(info.job_id, RECORD, data.encode())
+
+    def _store_results(self, info: JobInfo, results: list[Any]) -> None:
+        try:
+            data = cloudpickle.dumps(results)
+        except Exception as e:  # the launching process keeps them; the record says they are missing
+            info.result_error = (
+                f"results were not stored: they cannot be pickled ({type(e).__name__}: {e}); only the process "
+                "that supervised the job had them"
+            )
+            return
+        try:
+            self._write_atomic(info.job_id, RESULT, data)
+        except OSError as e:
+            info.result_error = f"results were not stored: cannot write {RESULT}: {e}"
+            return
+        info.result = self._stored(info.job_id, len(data))
+
+    def _stored(self, job_id: str, size: int | None) -> StoredResult:
+        return StoredResult(functools.partial(self.read_result, job_id, size), size=size)
 
     def read(self, job_id: str) -> dict[str, Any]:
-        path = self._p(job_id, "record.json")
+        """The raw record; :class:`JobNotFoundError` when there is none, :class:`RecordError` when it is bad."""
+        path = self._p(job_id, RECORD)
         try:
-            with self.fs.open(path, "r") as f:
-                return json.load(f)
+            data = self._read_bytes(job_id, RECORD, limit=MAX_RECORD_BYTES)
         except FileNotFoundError:
             raise JobNotFoundError(f"unknown job id {job_id!r} (no record under {self.root})") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise RecordError(f"job {job_id}: {path} (or its dir) is a symbolic link; links in the jobs dir are not followed") from None
+            if e.errno in (errno.EISDIR, errno.ENOTDIR):
+                what = "its record is not a regular file" if e.errno == errno.EISDIR else "it is not a directory"
+                raise RecordError(f"job {job_id}: {what} ({path})") from None
+            raise RecordError(f"job {job_id}: cannot read {path}: {e}") from None
+        if len(data) > MAX_RECORD_BYTES:
+            raise RecordError(f"job {job_id}: {path} is larger than {MAX_RECORD_BYTES} bytes; not a Fray record")
+        try:
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RecordError(f"job {job_id}: {path} is not valid JSON: {e}") from None
+        if not isinstance(record, dict):
+            raise RecordError(f"job {job_id}: {path} holds {type(record).__name__} {str(record)[:40]!r}, not a record")
+        return record
+
+    def read_info(self, job_id: str) -> tuple[JobInfo, dict[str, Any]]:
+        """The job's :class:`JobInfo` (results attached lazily, never loaded here) and its raw record."""
+        record = self.read(job_id)
+        try:
+            info = JobInfo.from_json(record)
+        except ValueError as e:
+            raise RecordError(f"job {job_id}: record cannot be read: {e}") from None
+        if info.job_id != job_id:
+            raise RecordError(f"job {job_id}: record cannot be read: it is the record of job {info.job_id!r}")
+        if info.status is JobStatus.SUCCEEDED and info.result_error is None:
+            size = record.get("result_size")
+            info.result = self._stored(job_id, size if isinstance(size, int) and not isinstance(size, bool) else None)
+        return info, record
 
     def list_ids(self) -> list[str]:
+        """Ids of the readable-looking job entries (each may still fail to read; see :meth:`scan`)."""
+        return [job_id for job_id, problem in self.scan() if problem is None]
+
+    def scan(self) -> list[tuple[str, str | None]]:
+        """Every entry of the jobs dir that is or looks like a job, with why it cannot be read (or ``None``).
+
+        Hidden entries (``.name``) are skipped; a job dir still being created (no record yet, for up to
+        ``INCOMPLETE_GRACE`` seconds) too. Anything else that is not a readable job is reported, not dropped.
+        """
+        out: list[tuple[str, str | None]] = []
+        if not self.is_local:
+            try:
+                entries = self.fs.ls(self._root_path, detail=False)
+            except FileNotFoundError:
+                return []
+            for e in entries:
+                job_id = e.rstrip("/").rsplit("/", 1)[-1]
+                if not job_id.startswith(".") and self.fs.exists(self._p(job_id, RECORD)):
+                    out.append((job_id, None))
+            return sorted(out)
         try:
-            entries = self.fs.ls(self._root_path, detail=False)
+            entries = list(os.scandir(self._root_path))
         except FileNotFoundError:
             return []
-        ids = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
-        return sorted(i for i in ids if not i.startswith(".") and self.exists(i))
+        now = time.time()
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            try:
+                if e.is_symlink():
+                    out.append((e.name, f"{e.path} is a symbolic link; links in the jobs dir are not followed"))
+                elif not e.is_dir(follow_symlinks=False):
+                    out.append((e.name, f"{e.path} is not a job directory (a stray file in the jobs dir)"))
+                elif not os.path.lexists(os.path.join(e.path, RECORD)):
+                    if now - e.stat(follow_symlinks=False).st_mtime > INCOMPLETE_GRACE:
+                        out.append((e.name, f"{e.path} has no {RECORD}: the job's record was removed or never written"))
+                else:
+                    out.append((e.name, None))
+            except OSError as err:
+                out.append((e.name, f"cannot read {e.path}: {err}"))
+        return sorted(out)
+
+    def list_infos(self) -> list[tuple[JobInfo, dict[str, Any] | None]]:
+        """Every job as ``(info, record)``: a job whose record cannot be read is an UNKNOWN ``info`` whose
+        ``error`` says why, with ``record`` ``None``. One bad job never hides the others."""
+        out: list[tuple[JobInfo, dict[str, Any] | None]] = []
+        for job_id, problem in self.scan():
+            if problem is None:
+                try:
+                    out.append(self.read_info(job_id))
+                    continue
+                except JobNotFoundError:
+                    continue  # removed meanwhile
+                except RecordError as e:
+                    problem = str(e)
+            out.append((self.unknown(job_id, problem), None))
+        return out
+
+    def unknown(self, job_id: str, problem: str) -> JobInfo:
+        """The listing entry of a job that cannot be read: UNKNOWN, ``error`` says why; also warned about."""
+        try:
+            when = os.lstat(self._p(job_id)).st_mtime if self.is_local else 0.0
+        except (OSError, JobNotFoundError):
+            when = 0.0
+        text = problem if problem.startswith(f"job {job_id}:") else f"job {job_id}: {problem}"
+        warnings.warn(f"fray: {text}", stacklevel=3)
+        return JobInfo(
+            job_id=JobId(job_id), name="?", status=JobStatus.UNKNOWN, error=text, submitted_at=when, backend="?"
+        )
 
     # ---------------------------------------------------------------------------------------- results
 
-    def write_result(self, job_id: str, results: list[Any]) -> None:
-        path = self._p(job_id, "result.pkl")
+    def read_result(self, job_id: str, expected_size: int | None = None) -> list[Any]:
+        """Load a job's results: the one place the store unpickles. Raises :class:`ResultUnavailableError`
+        (:class:`UnsafeJobsDirError` for a jobs dir or job dir that is not safe to unpickle from)."""
+        path = self._p(job_id, RESULT)
         try:
-            data = cloudpickle.dumps(results)
-        except Exception:  # results that cannot be pickled stay in the launching process only
-            return
-        with self.fs.open(path, "wb") as f:
-            f.write(data)
-
-    def read_result(self, job_id: str) -> list[Any] | None:
-        path = self._p(job_id, "result.pkl")
-        try:
-            with self.fs.open(path, "rb") as f:
-                return cloudpickle.loads(f.read())
+            data = self._read_result_bytes(job_id) if self.is_local else self._read_bytes(job_id, RESULT)
         except FileNotFoundError:
-            return None
+            raise ResultUnavailableError(
+                f"job {job_id}: result cannot be loaded: {path} does not exist (removed, or written by a Fray "
+                "version that could lose it)"
+            ) from None
+        except UnsafeJobsDirError:
+            raise
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ResultUnavailableError(
+                    f"job {job_id}: result cannot be loaded: {path} (or its dir) is a symbolic link; links in the "
+                    "jobs dir are not followed"
+                ) from None
+            raise ResultUnavailableError(f"job {job_id}: result cannot be loaded: {e}") from None
+        if expected_size is not None and len(data) != expected_size:
+            raise ResultUnavailableError(
+                f"job {job_id}: result cannot be loaded: {path} has {len(data)} bytes but {expected_size} were "
+                "written; the file is damaged"
+            )
+        try:
+            results = cloudpickle.loads(data)
+        except Exception as e:
+            hint = ""
+            if isinstance(e, ImportError):
+                hint = " (the results are instances of a class whose module cannot be imported in this process)"
+            elif isinstance(e, EOFError) or "truncated" in str(e):
+                hint = " (the file is truncated)"
+            raise ResultUnavailableError(f"job {job_id}: result cannot be loaded: {e}{hint}") from e
+        if not isinstance(results, list):
+            raise ResultUnavailableError(
+                f"job {job_id}: result cannot be loaded: {path} holds a {type(results).__name__}, not a list of results"
+            )
+        return results
+
+    def _read_result_bytes(self, job_id: str) -> bytes:
+        """The result file's bytes, after checking that nobody but us could have written it."""
+        self._check_root()
+        dir_stat, fd = self._open_nofollow(job_id, RESULT)
+        with os.fdopen(fd, "rb") as f:
+            self._check_private(self._p(job_id), dir_stat, "job dir")
+            file_stat = os.fstat(fd)
+            if not stat.S_ISREG(file_stat.st_mode):
+                raise OSError(errno.EISDIR, f"{self._p(job_id, RESULT)} is not a regular file")
+            self._check_private(self._p(job_id, RESULT), file_stat, "result file")
+            return f.read()
+
+    def _check_root(self) -> None:
+        if self.shared:
+            return  # a team dir may be writable by others; every job dir and result is checked instead
+        try:
+            st = os.stat(self._root_path)
+        except OSError as e:
+            raise ResultUnavailableError(f"result cannot be loaded: cannot stat the jobs dir {self.root}: {e}") from None
+        self._check_private(self._root_path, st, "jobs dir")
+
+    def _check_private(self, path: str, st: os.stat_result, what: str) -> None:
+        me = os.geteuid()
+        shared_hint = (
+            "" if self.shared or what != "jobs dir" else
+            f", or, if the dir is shared on purpose, set {SHARED_ENV}=1 (results then load only from job dirs you own)"
+        )
+        if st.st_uid != me:
+            raise UnsafeJobsDirError(
+                f"refusing to load results from {path}: this {what} belongs to {_user(st.st_uid)}, not to you "
+                f"({_user(me)}), and unpickling a file runs code as whoever loads it. Fix: load results from a jobs "
+                f"dir of your own (FRAY_JOBS_DIR; the default is ~/.cache/fray/jobs){shared_hint}"
+            )
+        if st.st_mode & 0o022:
+            who = "group and others" if st.st_mode & 0o022 == 0o022 else ("others" if st.st_mode & 0o002 else "its group")
+            raise UnsafeJobsDirError(
+                f"refusing to load results from {path}: this {what} is writable by {who} (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}), so another user could have planted {RESULT} there, and "
+                f"unpickling it would run their code as you. Fix: chmod go-w {path}{shared_hint}"
+            )
 
     # ------------------------------------------------------------------------------------------- logs
 
     def log_path(self, job_id: str) -> str:
-        return self._p(job_id, "job.log")
+        return self._p(job_id, LOG)
 
     def read_log(self, job_id: str, offset: int = 0) -> tuple[list[str], int]:
         """Complete lines from byte ``offset`` on, and the offset after the last complete line."""
-        path = self.log_path(job_id)
         try:
-            with self.fs.open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            data = self._read_bytes(job_id, LOG, offset=offset)
         except FileNotFoundError:
             return [], offset
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise RecordError(
+                    f"job {job_id}: {self.log_path(job_id)} (or its dir) is a symbolic link; links in the jobs dir "
+                    "are not followed"
+                ) from None
+            raise
         end = data.rfind(b"\n")
         if end < 0:
             return [], offset

@@ -11,9 +11,11 @@ Every validation error names the field, the value given and what is allowed::
 from __future__ import annotations
 
 import enum
+import math
+import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NewType, Union
 
 import attrs
@@ -33,6 +35,7 @@ __all__ = [
     "JobRequest",
     "JobStatus",
     "ResourceConfig",
+    "StoredResult",
     "TpuConfig",
     "create_environment",
     "format_size",
@@ -47,12 +50,17 @@ _UNITS = {"": 1024**3, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024*
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtpb]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
+#: the largest size accepted anywhere (1024p = 1 EiB): more is a typo, not a machine
+MAX_SIZE = 1024 * _UNITS["p"]
+
+
 def parse_size(value: str | int | float, field: str = "size") -> int:
     """Parse a memory/disk size into bytes.
 
     Units are binary and case-insensitive: ``"512m"``, ``"16g"``, ``"16G"``, ``"16GiB"``, ``"1.5t"``.
     A bare number means **gigabytes** (``"16"`` and ``16`` are 16 GiB), because that is what call sites
-    such as ``ResourceConfig(ram="16")`` mean. ``"100b"`` is 100 bytes.
+    such as ``ResourceConfig(ram="16")`` mean. ``"100b"`` is 100 bytes. Sizes are finite, >= 0 and at most
+    ``1024p``; anything else raises ``ValueError`` (``TypeError`` for a value that is not a str or number).
 
     >>> parse_size("16g") == parse_size("16") == 16 * 1024**3
     True
@@ -60,27 +68,41 @@ def parse_size(value: str | int | float, field: str = "size") -> int:
     if isinstance(value, bool):
         raise TypeError(f"{field}: expected a size like '16g', got {value!r}")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{field}: expected a finite size like '16g' or a number of GiB, got {value!r}")
         if value < 0:
             raise ValueError(f"{field}: must be >= 0, got {value!r}")
-        return int(value * _UNITS[""])
-    if not isinstance(value, str):
+        nbytes = value * _UNITS[""]
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m:
+            raise ValueError(
+                f"{field}: cannot parse size {value!r}; use a number with an optional unit "
+                "b/k/m/g/t/p, e.g. '512m', '16g', '1.5t' (a bare number means GiB)"
+            )
+        scale = _UNITS[m.group(2).lower()]
+        digits = m.group(1)
+        # exact for integers of any length; a float for fractions (never inf: the regex allows no exponent)
+        nbytes = int(digits) * scale if digits.isdigit() else float(digits) * scale
+    else:
         raise TypeError(f"{field}: expected a size like '16g' or a number of GiB, got {value!r}")
-    m = _SIZE_RE.match(value)
-    if not m:
-        raise ValueError(
-            f"{field}: cannot parse size {value!r}; use a number with an optional unit "
-            "b/k/m/g/t/p, e.g. '512m', '16g', '1.5t' (a bare number means GiB)"
-        )
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if nbytes > MAX_SIZE:
+        raise ValueError(f"{field}: {value!r} is more than the largest size allowed, 1024p (1 EiB)")
+    return int(nbytes)
 
 
 def format_size(nbytes: int) -> str:
-    """The shortest exact-ish spelling of a byte count: ``format_size(16 * 1024**3) == '16g'``."""
+    """The shortest exact spelling of a byte count: ``parse_size(format_size(n)) == n`` for every size.
+
+    >>> format_size(16 * 1024**3), format_size(1536 * 1024**2), format_size(1000)
+    ('16g', '1.5g', '1000b')
+    """
     for unit in ("p", "t", "g", "m", "k"):
         scale = _UNITS[unit]
         if nbytes >= scale:
-            v = nbytes / scale
-            return f"{v:g}{unit}" if v == round(v, 3) else f"{round(v, 3)}{unit}"
+            text = f"{nbytes / scale:.3f}".rstrip("0").rstrip(".")
+            if parse_size(f"{text}{unit}") == nbytes:
+                return f"{text}{unit}"
     return f"{nbytes}b"
 
 
@@ -193,6 +215,8 @@ def _check_number(field: str, minimum: float) -> Callable[[Any, attrs.Attribute,
     def check(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{field}: expected a number >= {minimum:g}, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{field}: expected a finite number >= {minimum:g}, got {value!r}")
         if value < minimum:
             raise ValueError(f"{field}: must be >= {minimum:g}, got {value!r}")
 
@@ -233,6 +257,11 @@ class ResourceConfig:
         default=None, converter=lambda v: tuple(v) if isinstance(v, (list, tuple)) else v
     )
 
+    @preemptible.validator
+    def _check_preemptible(self, _a: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"ResourceConfig.preemptible: expected True or False, got {value!r}")
+
     @device.validator
     def _check_device(self, _a: attrs.Attribute, value: Any) -> None:
         if not isinstance(value, (CpuConfig, GpuConfig, TpuConfig)):
@@ -266,8 +295,17 @@ class ResourceConfig:
 
     @regions.validator
     def _check_regions(self, _a: attrs.Attribute, value: Any) -> None:
-        if value is not None and not all(isinstance(r, str) and r for r in value):
-            raise ValueError(f"ResourceConfig.regions: expected a list of region names, got {value!r}")
+        if value is None:
+            return
+        if isinstance(value, str):
+            raise TypeError(
+                f"ResourceConfig.regions: expected a list of region names, got the string {value!r} "
+                f"(write regions=[{value!r}])"
+            )
+        if not isinstance(value, tuple) or not all(isinstance(r, str) and r.strip() for r in value):
+            raise ValueError(
+                f"ResourceConfig.regions: expected a list of non-empty region names like ['us-central2'], got {value!r}"
+            )
 
     @property
     def replica_counts(self) -> tuple[int, ...]:
@@ -307,6 +345,32 @@ class ResourceConfig:
 # --------------------------------------------------------------------------------------- entrypoint
 
 
+def _sequence_converter(field: str, what: str, example: str) -> Callable[[Any], tuple[Any, ...]]:
+    """A converter to a tuple that refuses a lone string (``tuple("hello")`` would split it into letters)."""
+
+    def convert(value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"{field}: expected a list of {what}, got the string {value!r} (write {example})")
+        if isinstance(value, Mapping) or not isinstance(value, Iterable):
+            raise TypeError(f"{field}: expected a list of {what}, got {value!r}")
+        return tuple(value)
+
+    return convert
+
+
+def _mapping_converter(field: str, example: str) -> Callable[[Any], dict[Any, Any]]:
+    def convert(value: Any) -> dict[Any, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{field}: expected a mapping like {example}, got {value!r}")
+        return dict(value)
+
+    return convert
+
+
 @attrs.frozen
 class Entrypoint:
     """What every process of the job runs: a Python callable or a command.
@@ -321,9 +385,13 @@ class Entrypoint:
     """
 
     callable: Callable[..., Any] | None = None
-    function_args: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda v: dict(v or {}))
+    function_args: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=_mapping_converter("Entrypoint.function_args", "{'steps': 10}")
+    )
     binary: str | None = None
-    args: tuple[Any, ...] = attrs.field(default=(), converter=lambda v: tuple(v or ()))
+    args: tuple[Any, ...] = attrs.field(
+        default=(), converter=_sequence_converter("Entrypoint.args", "arguments", "args=['--steps', '10']")
+    )
 
     def __attrs_post_init__(self) -> None:
         if (self.callable is None) == (self.binary is None):
@@ -342,6 +410,9 @@ class Entrypoint:
                 raise ValueError("Entrypoint.function_args: only allowed with callable=..., not binary=...")
             if not all(isinstance(a, (str, int, float)) for a in self.args):
                 raise TypeError(f"Entrypoint.args: command arguments must be strings, got {list(self.args)!r}")
+            for a in (self.binary, *self.args):
+                if "\0" in str(a):
+                    raise ValueError(f"Entrypoint: command {self.command!r} contains a NUL byte, which no command can hold")
         for k in self.function_args:
             if not isinstance(k, str):
                 raise TypeError(f"Entrypoint.function_args: keys must be str, got {k!r}")
@@ -381,25 +452,74 @@ class Entrypoint:
 
 def _check_env_vars(_inst: Any, _a: attrs.Attribute, value: Mapping[str, str]) -> None:
     for k, v in value.items():
-        if not isinstance(k, str) or not k or "=" in k:
-            raise ValueError(f"EnvironmentConfig.env_vars: invalid variable name {k!r}")
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise ValueError(
+                f"EnvironmentConfig.env_vars: invalid variable name {k!r}; allowed: a non-empty str without '=' "
+                "or NUL bytes"
+            )
         if not isinstance(v, str):
             raise TypeError(f"EnvironmentConfig.env_vars[{k!r}]: values must be str, got {v!r}")
+        if "\0" in v:
+            raise ValueError(
+                f"EnvironmentConfig.env_vars[{k!r}]: value {v!r} contains a NUL byte, which no process environment "
+                "can hold"
+            )
+
+
+def _check_packages(_inst: Any, _a: attrs.Attribute, value: tuple[Any, ...]) -> None:
+    for p in value:
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(
+                f"EnvironmentConfig.pip_packages: every entry must be a non-empty requirement like 'optax>=0.2', "
+                f"got {p!r} in {list(value)}"
+            )
+
+
+def _check_extras(_inst: Any, _a: attrs.Attribute, value: tuple[Any, ...]) -> None:
+    if value:
+        raise ValueError(
+            f"EnvironmentConfig.extras: no backend installs extras (got {list(value)!r}); list what the job needs in "
+            "pip_packages instead, e.g. pip_packages=['myproject[tpu]'] (the Ray backend installs them through "
+            "runtime_env; the local backend warns about the ones this Python lacks). Allowed: () only"
+        )
+
+
+def _check_workspace(_inst: Any, _a: attrs.Attribute, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value or "\0" in value):
+        raise TypeError(f"EnvironmentConfig.workspace: expected a directory path (str) or None, got {value!r}")
 
 
 @attrs.frozen
 class EnvironmentConfig:
-    """The software environment of every process: pip packages, env vars, extras, a working dir.
+    """The software environment of every process: pip packages, env vars and a working dir.
 
     On Ray these become the ``runtime_env`` (pip, env_vars, working_dir). Locally nothing is installed:
     ``launch`` warns about pip packages this Python lacks, and ``workspace`` is the processes' working
-    directory (and first on their ``sys.path``).
+    directory (and first on their ``sys.path``). ``extras`` is kept for signature compatibility and must stay
+    empty: no backend installs extras, so name the packages (``"myproject[tpu]"``) in ``pip_packages``.
+
+    >>> EnvironmentConfig(pip_packages=["optax"], env_vars={"WANDB_MODE": "offline"}).pip_packages
+    ('optax',)
     """
 
-    pip_packages: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    env_vars: Mapping[str, str] = attrs.field(factory=dict, converter=dict, validator=_check_env_vars)
-    extras: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    workspace: str | None = None
+    pip_packages: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_sequence_converter("EnvironmentConfig.pip_packages", "requirements", "pip_packages=['numpy']"),
+        validator=_check_packages,
+    )
+    env_vars: Mapping[str, str] = attrs.field(
+        factory=dict,
+        converter=_mapping_converter("EnvironmentConfig.env_vars", "{'WANDB_MODE': 'offline'}"),
+        validator=_check_env_vars,
+    )
+    extras: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_sequence_converter("EnvironmentConfig.extras", "extras", "extras=['tpu']"),
+        validator=_check_extras,
+    )
+    workspace: str | None = attrs.field(
+        default=None, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v, validator=_check_workspace
+    )
 
 
 def create_environment(
@@ -469,13 +589,16 @@ class JobRequest:
 
 
 class JobStatus(str, enum.Enum):
-    """Where a job is: PENDING -> RUNNING -> SUCCEEDED | FAILED | STOPPED."""
+    """Where a job is: PENDING -> RUNNING -> SUCCEEDED | FAILED | STOPPED (UNKNOWN: unreadable record)."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
+    #: only in ``list_jobs()``: the job's record cannot be read; ``JobInfo.error`` says why. ``poll`` of such
+    #: a job raises :class:`~fray_core.errors.RecordError` instead.
+    UNKNOWN = "UNKNOWN"
 
     def is_terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
@@ -530,10 +653,48 @@ class Attempt:
         )
 
 
+class StoredResult:
+    """A job's results that live in a job store: ``load()`` reads and unpickles them, only when called.
+
+    Backends put one in a :class:`JobInfo` instead of the results themselves, so listing and polling never
+    unpickle anything and a long-lived process does not keep every job's results in memory.
+    """
+
+    __slots__ = ("_load", "size")
+
+    def __init__(self, load: Callable[[], list[Any]], size: int | None = None) -> None:
+        self._load = load
+        self.size = size  # bytes of the stored (pickled) results, when known
+
+    def load(self) -> list[Any]:
+        return self._load()
+
+    def __repr__(self) -> str:
+        return "StoredResult(...)"
+
+
+def _result_converter(value: Any) -> Any:
+    if value is None or isinstance(value, StoredResult):
+        return value
+    return list(value)
+
+
 @attrs.define
 class JobInfo:
-    """A snapshot of a job. ``result`` is a list, one entry per process in (slice, host) order, from the
-    successful attempt (``None`` until the job succeeds)."""
+    """A snapshot of a job: a plain record, equal to another snapshot with the same fields, and
+    JSON-serialisable with :meth:`to_json` (the record the job store keeps).
+
+    ``result`` is a list, one entry per process in (slice, host) order, from the successful attempt (``None``
+    until the job succeeds). It is loaded on first access (results may be large, and they are only unpickled
+    when asked for: see docs/backends.md, "The job store"). It raises
+    :class:`~fray_core.errors.ResultUnavailableError` when a SUCCEEDED job's results cannot be loaded, e.g.
+    ``result_error`` says why they were never stored, or their classes cannot be imported here. Results
+    take no part in ``==`` and are not in ``to_json()``.
+
+    >>> info = JobInfo(job_id="j", name="n", status=JobStatus.SUCCEEDED, result=[1, 2])
+    >>> info.result, info.to_json()["status"]
+    ([1, 2], 'SUCCEEDED')
+    """
 
     job_id: JobId
     name: str
@@ -542,12 +703,46 @@ class JobInfo:
     preemptions: int = 0
     failures: int = 0
     error: str | None = None
-    result: list[Any] | None = None
+    # the results, or a StoredResult that loads them; `result` (the property below) is the public face
+    _result: list[Any] | StoredResult | None = attrs.field(
+        default=None, alias="result", converter=_result_converter, eq=False, repr=False
+    )
     submitted_at: float = attrs.field(factory=time.time)
     finished_at: float | None = None
     backend: str = "local"
     request_summary: dict[str, Any] = attrs.field(factory=dict)
     progress: str | None = None  # what the job is doing now, e.g. "waiting for 2 x v4-16"
+    #: why a SUCCEEDED job's results are missing (e.g. "cannot be pickled: ..."); None when they were stored
+    result_error: str | None = None
+    _loaded: tuple[list[Any]] | None = attrs.field(init=False, default=None, eq=False, repr=False)  # (results,)
+
+    @property
+    def result(self) -> list[Any] | None:
+        """The per-process results (loaded from the job store on first access), ``None`` before success."""
+        if isinstance(self._result, StoredResult):
+            if self._loaded is None:
+                self._loaded = (self._result.load(),)
+            return self._loaded[0]
+        if self._result is None and self.status is JobStatus.SUCCEEDED and self.result_error:
+            from fray_core.errors import ResultUnavailableError
+
+            raise ResultUnavailableError(f"job {self.job_id}: {self.result_error}")
+        return self._result
+
+    @result.setter
+    def result(self, value: list[Any] | StoredResult | None) -> None:
+        self._result = _result_converter(value)
+        self._loaded = None
+
+    @property
+    def stored_result(self) -> StoredResult | None:
+        """Where the results are stored, when this object refers to a stored copy; never loads."""
+        return self._result if isinstance(self._result, StoredResult) else None
+
+    @property
+    def result_in_memory(self) -> list[Any] | None:
+        """The results when this object holds them itself (not yet stored), else ``None``; never loads."""
+        return None if isinstance(self._result, StoredResult) else self._result
 
     @property
     def current_attempt(self) -> Attempt | None:
@@ -567,24 +762,62 @@ class JobInfo:
             "backend": self.backend,
             "request": self.request_summary,
             "progress": self.progress,
+            "result_error": self.result_error,
         }
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> JobInfo:
+        """The inverse of :meth:`to_json`; a malformed record raises ``ValueError`` naming the field."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__} {_short(d)}")
+
+        def get(key: str, types: type | tuple[type, ...], default: Any = None, required: bool = False) -> Any:
+            if key not in d or d[key] is None:
+                if required:
+                    raise ValueError(f"field {key!r} is missing")
+                return default
+            value = d[key]
+            if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+                raise ValueError(f"field {key!r}: expected {_names(types)}, got {_short(value)}")
+            if not isinstance(value, types):
+                raise ValueError(f"field {key!r}: expected {_names(types)}, got {_short(value)}")
+            return value
+
+        status = get("status", str, required=True)
+        try:
+            status_value = JobStatus(status)
+        except ValueError:
+            raise ValueError(f"field 'status': unknown status {_short(status)}") from None
+        attempts = []
+        for i, a in enumerate(get("attempts", list, [])):
+            try:
+                attempts.append(Attempt.from_json(a))
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise ValueError(f"field 'attempts'[{i}]: cannot read {_short(a)}: {type(e).__name__}: {e}") from None
         return JobInfo(
-            job_id=JobId(d["job_id"]),
-            name=d["name"],
-            status=JobStatus(d["status"]),
-            attempts=[Attempt.from_json(a) for a in d.get("attempts") or []],
-            preemptions=d.get("preemptions", 0),
-            failures=d.get("failures", 0),
-            error=d.get("error"),
-            submitted_at=d.get("submitted_at") or 0.0,
-            finished_at=d.get("finished_at"),
-            backend=d.get("backend", "local"),
-            request_summary=dict(d.get("request") or {}),
-            progress=d.get("progress"),
+            job_id=JobId(get("job_id", str, required=True)),
+            name=get("name", str, required=True),
+            status=status_value,
+            attempts=attempts,
+            preemptions=get("preemptions", int, 0),
+            failures=get("failures", int, 0),
+            error=get("error", str),
+            submitted_at=float(get("submitted_at", (int, float), 0.0)),
+            finished_at=get("finished_at", (int, float)),
+            backend=get("backend", str, "local"),
+            request_summary=dict(get("request", dict, {})),
+            progress=get("progress", str),
+            result_error=get("result_error", str),
         )
+
+
+def _names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def summarize_request(request: JobRequest) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import attrs
 import cloudpickle
 
 from fray_core.cluster import Cluster, check_spec_keys
-from fray_core.errors import FrayError, JobNotFoundError
+from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, summarize_request
@@ -128,6 +128,7 @@ class LocalCluster(Cluster):
         job_id = new_job_id(request.name)
         job_dir = os.path.join(self._spool(), job_id)
         os.makedirs(job_dir)
+        self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
         log = LogSink(log_path)
         env = request.environment
@@ -162,9 +163,7 @@ class LocalCluster(Cluster):
 
     def _supervise(self, job: _Job) -> None:
         try:
-            outcome = job.runner.run()
-            if outcome.results is not None:
-                self.store.write_result(job.runner.job_id, outcome.results)
+            job.runner.run()  # the results are stored with the SUCCEEDED record (JobStore.write)
         except BaseException as e:  # a bug in the runner or provider must not leave the job RUNNING
             job.runner.info.status = JobStatus.FAILED
             job.runner.info.error = f"internal error in the local supervisor: {type(e).__name__}: {e}"
@@ -188,8 +187,14 @@ class LocalCluster(Cluster):
         if job is not None:
             info = attrs.evolve(job.runner.info, attempts=[attrs.evolve(a) for a in job.runner.info.attempts])
             return info
-        record = self.store.read(str(job_id))
-        info = JobInfo.from_json(record)
+        info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
+        return self._checked(info, record)
+
+    def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
+        """A job supervised by a process that died is FAILED, whatever its record says."""
+        owner = record.get("owner")
+        if owner is not None and (not isinstance(owner, dict) or not isinstance(owner.get("pid", 0), int)):
+            raise RecordError(f"job {info.job_id}: record cannot be read: field 'owner': expected an object, got {owner!r}")
         if not info.status.is_terminal() and self._owner_dead(record):
             info.status = JobStatus.FAILED
             owner = record.get("owner") or {}
@@ -198,8 +203,6 @@ class LocalCluster(Cluster):
                 "before the job ended; its hosts were stopped with it"
             )
             info.finished_at = info.finished_at or None
-        if info.status is JobStatus.SUCCEEDED:
-            info.result = self.store.read_result(str(job_id))
         return info
 
     @staticmethod
@@ -210,12 +213,20 @@ class LocalCluster(Cluster):
         return not pid_alive(int(owner["pid"]))
 
     def list_jobs(self) -> list[JobInfo]:
+        """Every job in the store, oldest first; never unpickles. A job whose record cannot be read is
+        listed as UNKNOWN with the reason in ``error`` (and a warning)."""
         out = []
-        for job_id in self.store.list_ids():
-            try:
-                out.append(self.poll(job_id))
-            except (JobNotFoundError, ValueError, KeyError):
-                continue  # a record being written or from an incompatible version
+        for info, record in self.store.list_infos():
+            job = self._jobs.get(info.job_id)
+            if job is not None:
+                out.append(self.poll(info.job_id))
+            elif record is None:
+                out.append(info)
+            else:
+                try:
+                    out.append(self._checked(info, record))
+                except RecordError as e:
+                    out.append(self.store.unknown(info.job_id, str(e)))
         out.sort(key=lambda i: i.submitted_at)
         return out
 
@@ -229,8 +240,8 @@ class LocalCluster(Cluster):
                 job.provider.kill_all()
                 raise FrayError(f"terminate: job {job_id} did not stop within 60 s; its processes were killed")
             return
-        record = self.store.read(str(job_id))
-        if JobStatus(record["status"]).is_terminal():
+        info, record = self.store.read_info(str(job_id))
+        if info.status.is_terminal():
             return
         if self._owner_dead(record):
             return

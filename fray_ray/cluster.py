@@ -31,7 +31,7 @@ import cloudpickle
 import ray
 
 from fray_core.cluster import Cluster, check_spec_keys
-from fray_core.errors import FrayError, JobNotFoundError
+from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, default_jobs_dir, new_job_id
 from fray_core.runner import RetryPolicy
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, summarize_request
@@ -203,8 +203,12 @@ class RayCluster(Cluster):
             return None
 
     def poll(self, job_id: JobId | str) -> JobInfo:
-        record = self.store.read(str(job_id))
-        info = JobInfo.from_json(record)
+        info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
+        return self._checked(info, record)
+
+    def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
+        """A job whose supervisor actor is gone is FAILED, whatever its record says."""
+        job_id = info.job_id
         if (
             not info.status.is_terminal()
             and record.get("backend") == "ray"
@@ -212,26 +216,27 @@ class RayCluster(Cluster):
             and self._supervisor(str(job_id), record) is None
         ):
             # Re-read: the supervisor writes the final record just before it goes away.
-            info = JobInfo.from_json(self.store.read(str(job_id)))
+            info, _ = self.store.read_info(str(job_id))
             if not info.status.is_terminal():
                 info.status = JobStatus.FAILED
                 info.error = (
                     f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
                     "before the job ended: its node died or the Ray cluster restarted"
                 )
-        if info.status is JobStatus.SUCCEEDED:
-            info.result = self.store.read_result(str(job_id))
         return info
 
     def list_jobs(self) -> list[JobInfo]:
+        """The store's Ray jobs, oldest first; never unpickles. A job whose record cannot be read is listed
+        as UNKNOWN with the reason in ``error`` (its backend cannot be known)."""
         out = []
-        for job_id in self.store.list_ids():
-            try:
-                info = self.poll(job_id)
-            except (JobNotFoundError, ValueError, KeyError):
-                continue
-            if info.backend == "ray":
+        for info, record in self.store.list_infos():
+            if record is None:
                 out.append(info)
+            elif info.backend == "ray":
+                try:
+                    out.append(self._checked(info, record))
+                except (RecordError, KeyError, TypeError, AttributeError) as e:
+                    out.append(self.store.unknown(info.job_id, f"record cannot be read: {e}"))
         out.sort(key=lambda i: i.submitted_at)
         return out
 

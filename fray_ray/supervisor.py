@@ -86,9 +86,9 @@ class JobSupervisor:
                 sys.path.insert(0, p)
         self.settings = settings
         self.store = JobStore(settings["jobs_dir"])
+        self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         self._log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
         self.log = LogSink(self._log_path)
-        self._result_written = False
         self._done = threading.Event()
         try:
             request: JobRequest = cloudpickle.loads(request_bytes)
@@ -131,10 +131,7 @@ class JobSupervisor:
         self._run()
 
     def _persist(self, info: JobInfo) -> None:
-        # The result goes first, so a reader that sees SUCCEEDED always finds it.
-        if info.status is JobStatus.SUCCEEDED and info.result is not None and not self._result_written:
-            self.store.write_result(self.job_id, info.result)
-            self._result_written = True
+        # The store writes a SUCCEEDED job's results first (atomically), then the record.
         self.store.write(info, owner={"ray_actor": self.name, "namespace": self.settings["namespace"]})
 
     def _run(self) -> None:

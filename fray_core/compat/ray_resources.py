@@ -300,7 +300,7 @@ def environment_from_runtime_env(runtime_env: Mapping[str, Any] | None) -> Envir
         else:
             raise ValueError(
                 f"runtime_env[{key!r}]={value!r}: no Fray equivalent; allowed keys: env_vars, pip, uv, working_dir "
-                "(build the image or environment another way, or add extras= to create_environment)"
+                "(install what the job needs in the image, or list the packages in pip_packages)"
             )
     if not (pip or env_vars or workspace):
         return None
