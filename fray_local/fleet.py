@@ -27,33 +27,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fray_core.fleet import (
-    DirtyHost,
-    DropCapacity,
-    FailHost,
-    Fault,
-    FaultPlan,
-    Fleet,
-    FleetLease,
-    HostHealth,
-    PreemptSlice,
-    Slice,
-)
+# the fault vocabulary is the model's; importable from here (and from fray_local) as before
+from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice  # noqa: F401
+from fray_core.fleet import Fleet, FleetLease, HostHealth, Slice
 from fray_core.runner import SliceLease
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
-__all__ = [
-    "DirtyHost",
-    "DropCapacity",
-    "FailHost",
-    "Fault",
-    "FaultPlan",
-    "HostHealth",
-    "PreemptSlice",
-    "SimSlice",
-    "TpuFleet",
-    "parse_fleet",
-]
+__all__ = ["SimSlice", "TpuFleet", "parse_fleet"]
 
 #: a slice of the fleet (``name``, ``tpu_type``, ``hosts``, ``state``, ``holder``, ``incarnation``, ``preemptions``)
 SimSlice = Slice
