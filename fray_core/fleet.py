@@ -171,6 +171,8 @@ class FleetClock(Protocol):
 
 
 class HostHealth(enum.Enum):
+    """The health of one host of a slice (``Fleet.host_health``)."""
+
     HEALTHY = "healthy"
     DIRTY = "dirty"  # a stale device lock: the next process fails unless the host is cleaned first
     BROKEN = "broken"  # the device fails every process until repaired
@@ -266,6 +268,8 @@ class Fleet:
     holders acquire whole (all-or-nothing) and release; preemptions, capacity drops, host health and a
     fault plan, on a :class:`FleetClock`. Not thread-safe: a driver that uses threads holds a lock.
 
+    - ``clock``: what time the model's timers (restores, armed faults) run on; a fresh ``FakeClock`` when
+      not given.
     - ``on_demand``: slices are created when asked, so any request fits.
     - ``on_dirt(slice_name, host, dirty)``: called when a host becomes dirty or clean, for a driver that
       keeps a real device lock (the local fleet's lockfile).

@@ -45,7 +45,6 @@ class _ThreadClock:
     def __init__(self, cond: threading.Condition) -> None:
         self._cond = cond
         self._timers: list[threading.Timer] = []
-        self._closed = False
 
     def now(self) -> float:
         return time.monotonic()
@@ -56,19 +55,17 @@ class _ThreadClock:
         with self._cond:
             self._timers = [x for x in self._timers if x.is_alive()]
             self._timers.append(t)
-            if not self._closed:
-                t.start()
+            t.start()
         return t
 
     def _fire(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         with self._cond:
-            if not self._closed:
-                fn(*args)
-                self._cond.notify_all()
+            fn(*args)
+            self._cond.notify_all()
 
     def close(self) -> None:
+        """Cancel the pending timers (the fleet stays usable: later ones run as before)."""
         with self._cond:
-            self._closed = True
             timers, self._timers = self._timers, []
         for t in timers:
             t.cancel()
