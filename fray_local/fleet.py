@@ -29,7 +29,7 @@ from typing import Any
 
 # the fault vocabulary is the model's; importable from here (and from fray_local) as before
 from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice  # noqa: F401
-from fray_core.fleet import Fleet, FleetLease, HostHealth, Slice
+from fray_core.fleet import Fleet, FleetLease, HostFate, HostHealth, Slice
 from fray_core.runner import SliceLease
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -304,12 +304,19 @@ class TpuFleet:
             note = None
             if self.clean_lockfiles and self.clean(lease.name, host):
                 note = f"[fray] removed stale {lockfile} before start"
-            env = {"FRAY_SIM_LOCKFILE": lockfile}
-            if fate.device_error:
-                env["FRAY_SIM_DEVICE_ERROR"] = fate.device_error
-            if fate.fail is not None:
-                env["FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL"] = fate.fail
-            return env, note
+            return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
+
+    def apply_plan(self, attempt: int, leases: Sequence[SliceLease]) -> dict[tuple[int, int], dict[str, str]]:
+        """:meth:`arm`, then the injected env per (slice index, host) of those leases (the older form of
+        :meth:`host_env`, without the lockfile)."""
+        self.arm(attempt, leases)
+        with self._cond:
+            return {
+                (i, h): env
+                for i, lease in enumerate(leases)
+                for h in range(lease.hosts)
+                if (env := _fate_env(self.model.host_fate(lease.handle, h)))
+            }
 
     def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
@@ -319,6 +326,16 @@ class TpuFleet:
     def close(self) -> None:
         """Cancel pending timers (restores and armed faults)."""
         self._clock.close()
+
+
+def _fate_env(fate: HostFate) -> dict[str, str]:
+    """How the simulated host process (``fray_local._host``) learns what the fleet does to it."""
+    env = {}
+    if fate.device_error:
+        env["FRAY_SIM_DEVICE_ERROR"] = fate.device_error
+    if fate.fail is not None:
+        env["FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL"] = fate.fail
+    return env
 
 
 def _kill_all(lease: FleetLease) -> None:
