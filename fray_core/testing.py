@@ -405,7 +405,7 @@ class InMemorySliceProvider:
         self.fleet = Fleet(fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider")
         self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
-        self._armed: tuple[str, int] | None = None  # (job, attempt) whose faults are armed
+        self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
         self._last_acquired: list[LeaseRecord] = []
         self._held: dict[LeaseRecord, None] = {}
         self._running: dict[RunRecord, None] = {}
@@ -601,9 +601,9 @@ class InMemorySliceProvider:
         job_id = first.get("FRAY_JOB_ID", "")
         rec.attempt = attempt
         fl = rec.fleet_lease
-        if fl is not None and self._armed != (job_id, attempt):
+        if fl is not None and self._armed_group != rec.group:
             # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
-            self._armed = (job_id, attempt)
+            self._armed_group = rec.group
             self.fleet.arm(attempt, [r.fleet_lease for r in self._last_acquired if r.fleet_lease is not None])
         host_fate = self.fleet.host_fate
         faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
