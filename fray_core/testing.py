@@ -39,6 +39,7 @@ from typing import Any, Union
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
 from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
@@ -244,20 +245,6 @@ Script = Callable[[int, int, int], ScriptResult]
 # ------------------------------------------------------------------------------------ bookkeeping
 
 
-class _Slice:
-    __slots__ = ("name", "tpu_type", "hosts", "state", "incarnation", "lease", "addresses", "_addr_inc")
-
-    def __init__(self, name: str, tpu_type: str, hosts: int) -> None:
-        self.name = name
-        self.tpu_type = tpu_type
-        self.hosts = hosts
-        self.state = "free"  # free | held (by our job) | occupied (by someone else) | down | gone
-        self.incarnation = 0
-        self.lease: LeaseRecord | None = None
-        self.addresses: tuple[str, ...] = ()
-        self._addr_inc = -1
-
-
 class LeaseRecord:
     """What the provider knows of one acquired slice (the ``handle`` of its :class:`SliceLease`).
 
@@ -267,16 +254,17 @@ class LeaseRecord:
     """
 
     __slots__ = (
-        "lease", "slice", "incarnation", "runs", "released", "acquired_at", "released_at", "attempt",
-        "group", "counts", "free_before", "lost",
+        "lease", "fleet_lease", "slice", "incarnation", "runs", "released", "acquired_at", "released_at",
+        "attempt", "group", "counts", "free_before", "lost",
     )  # fmt: skip
 
     def __init__(
-        self, sl: _Slice | None, group: int, counts: tuple[int, ...], free_before: int, now: float
+        self, fl: FleetLease | None, group: int, counts: tuple[int, ...], free_before: int, now: float
     ) -> None:
         self.lease: SliceLease = None  # type: ignore[assignment]  # set right after
-        self.slice = sl
-        self.incarnation = sl.incarnation if sl is not None else 0
+        self.fleet_lease = fl  # the fleet model's lease (None for a CPU/GPU gang)
+        self.slice: Slice | None = fl.slice if fl is not None else None
+        self.incarnation = fl.incarnation if fl is not None else 0
         self.runs: list[RunRecord] = []
         self.released = 0
         self.acquired_at = now
@@ -341,13 +329,24 @@ class RunRecord:
 
 # ---------------------------------------------------------------------------------- the provider
 
+_SELF = "(this job)"  # the fleet holder of the leases the provider acquires
+_OTHER = "(another job)"  # ... and of slices taken by occupy()
+
+
 
 class InMemorySliceProvider:
-    """A :class:`~fray_core.runner.SliceProvider` with no processes: named TPU slices in memory, host
-    outcomes decided by a script or by the test, every wait done on a :class:`FakeClock`.
+    """A :class:`~fray_core.runner.SliceProvider` with no processes: the fleet model
+    (:class:`fray_core.fleet.Fleet`, also behind ``fray_local.TpuFleet``) on a :class:`FakeClock`, host
+    outcomes decided by a script or by the test.
 
     - ``fleet``: slices per TPU type, ``{"v4-16": 2}`` gives ``v4-16-0`` and ``v4-16-1`` with the
       catalog's hosts per slice (2 for v4-16). CPU/GPU requests get one pseudo-slice of ``replicas`` hosts.
+      The model is ``provider.fleet``.
+    - ``fault_plan``: a :class:`~fray_core.fleet.FaultPlan`, the same faults as on the local fleet
+      (armed when an attempt's first slice starts, cancelled with its leases); :meth:`break_host` makes
+      every host started on that host end PREEMPTED with a device error until :meth:`repair_host`. A
+      dirty host (``DirtyHost``, or a ``FailHost(crash=True)`` before) is cleaned at start when
+      ``clean_hosts`` (default), else its host ends PREEMPTED with device busy.
     - ``acquire`` is all-or-nothing and takes the largest count in ``counts`` that is free; it raises
       ``Unschedulable(permanent=True)`` at once when no count can ever fit (fewer slices exist than the
       smallest count), and otherwise waits on the fake clock (running its callbacks, which may bring
@@ -393,6 +392,8 @@ class InMemorySliceProvider:
         host_delay: float = 1.0,
         restore_after: float | None = 0.0,
         record: bool = True,
+        fault_plan: FaultPlan | None = None,
+        clean_hosts: bool = True,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock()
         self.script = script
@@ -400,9 +401,12 @@ class InMemorySliceProvider:
         self.host_delay = float(host_delay)
         self.restore_after = restore_after
         self.record = record
-        self._slices: dict[str, _Slice] = {}
-        self._free: dict[str, dict[_Slice, None]] = {}  # per type, insertion-ordered set of free slices
-        self._states: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
+        self.clean_hosts = clean_hosts
+        self.fleet = Fleet(fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider")
+        self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
+        self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
+        self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
+        self._last_acquired: list[LeaseRecord] = []
         self._held: dict[LeaseRecord, None] = {}
         self._running: dict[RunRecord, None] = {}
         self._ready: dict[RunRecord, None] = {}  # ended, not yet reported
@@ -424,60 +428,33 @@ class InMemorySliceProvider:
         self.acquire_calls = 0
         self.start_calls = 0
         self.hosts_started = 0
-        self.slice_preemptions = 0
         self.unschedulable: list[tuple[float, str, bool]] = []  # (time, message, permanent)
-        for tpu_type, n in (fleet or {}).items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ValueError(f"InMemorySliceProvider: fleet count of {tpu_type!r} must be an int >= 0, got {n!r}")
-            self.add_slices(tpu_type, n)
 
     # -------------------------------------------------------------------------------- inventory
 
     def add_slices(self, tpu_type: str, n: int = 1) -> list[str]:
         """Add ``n`` free slices of ``tpu_type`` (capacity coming back, or a bigger fleet); their names."""
-        spec = get_tpu_spec(tpu_type)
-        states = self._states.setdefault(spec.name, {"free": 0, "held": 0, "occupied": 0, "down": 0, "gone": 0})
-        free = self._free.setdefault(spec.name, {})
-        first = sum(states.values())
-        names = []
-        for i in range(first, first + n):
-            sl = _Slice(f"{spec.name}-{i}", spec.name, spec.hosts)
-            self._slices[sl.name] = sl
-            free[sl] = None
-            states["free"] += 1
-            names.append(sl.name)
-        return names
+        return [sl.name for sl in self.fleet.add_slices(tpu_type, n)]
 
-    def _set_state(self, sl: _Slice, state: str) -> None:
-        states = self._states[sl.tpu_type]
-        states[sl.state] -= 1
-        states[state] += 1
-        if sl.state == "free":
-            del self._free[sl.tpu_type][sl]
-        elif state == "free":
-            self._free[sl.tpu_type][sl] = None
-        sl.state = state
-
-    def _slice(self, name: str) -> _Slice:
-        try:
-            return self._slices[name]
-        except KeyError:
-            raise KeyError(f"no slice named {name!r}; slices: {', '.join(self._slices) or 'none'}") from None
+    @property
+    def slice_preemptions(self) -> int:
+        """Slice preemptions so far (scripted, by the test, or by the fault plan)."""
+        return sum(sl.preemptions for sl in self.fleet.slices())
 
     def slice_states(self, tpu_type: str | None = None) -> dict[str, str]:
         """``{slice name: state}``; states are free, held (by the job), occupied (by others), down, gone."""
-        return {n: s.state for n, s in self._slices.items() if tpu_type is None or s.tpu_type == tpu_type}
+        return {
+            sl.name: ("occupied" if sl.holder == _OTHER else "held") if sl.state == "busy" else sl.state
+            for sl in self.fleet.slices(tpu_type)
+        }
 
     def describe(self, tpu_type: str) -> str:
         """``"1 free, 1 busy, 0 preempted"`` (busy: held by this job or occupied by another)."""
-        st = self._states.get(get_tpu_spec(tpu_type).name) or {"free": 0, "held": 0, "occupied": 0, "down": 0, "gone": 0}
-        text = f"{st['free']} free, {st['held'] + st['occupied']} busy, {st['down']} preempted"
-        return text + (f", {st['gone']} gone" if st["gone"] else "")
+        return self.fleet.describe(tpu_type)
 
     def capacity(self, tpu_type: str) -> int:
         """Slices of the type that exist (free, busy, or preempted and coming back)."""
-        st = self._states.get(get_tpu_spec(tpu_type).name)
-        return 0 if st is None else sum(st.values()) - st["gone"]
+        return self.fleet.count(tpu_type)
 
     # ------------------------------------------------------------------------------- acquisition
 
@@ -496,50 +473,48 @@ class InMemorySliceProvider:
         wanted = tuple(sorted(set(counts), reverse=True))
         if not wanted:
             raise ValueError("InMemorySliceProvider.acquire: counts is empty; give at least one slice count")
-        asked = f"{' or '.join(map(str, wanted))} x {spec.name}"
+        fleet = self.fleet
         idled = False
         while True:
-            existing = self.capacity(spec.name)
-            if existing < wanted[-1]:
-                msg = (
-                    f"asked: {asked}; fleet has {existing} {spec.name} slice(s) in all "
-                    f"({self.describe(spec.name)}), so this can never fit"
-                )
-                self.unschedulable.append((clock.now(), msg, True))
-                raise Unschedulable(msg, permanent=True)
-            free = self._free.get(spec.name, {})
-            for c in wanted:
-                if len(free) >= c:
-                    return self._take(spec.name, c, wanted)
+            free_before = fleet.count(spec.name, "free")
+            try:
+                got = fleet.try_acquire(_SELF, spec.name, wanted)
+            except Unschedulable as e:
+                self.unschedulable.append((clock.now(), str(e), True))
+                raise
+            if got is not None:
+                return self._take(got, wanted, free_before)
             if self.on_idle is not None and not idled:
                 idled = True
                 self.on_idle(self)
                 continue
             now = clock.now()
             if now >= deadline:
-                msg = f"asked: {asked}; fleet has: {self.describe(spec.name)}"
-                self.unschedulable.append((now, msg, False))
-                raise Unschedulable(msg)
+                err = fleet.unschedulable(wanted, spec.name)
+                self.unschedulable.append((now, str(err), False))
+                raise err
             due = clock.next_due()
             clock.advance_to(deadline if due is None or due > deadline else due)
             idled = False
 
-    def _take(self, tpu_type: str, c: int, counts: tuple[int, ...]) -> list[SliceLease]:
-        free = self._free[tpu_type]
-        free_before = len(free)
+    def _take(self, got: list[FleetLease], counts: tuple[int, ...], free_before: int) -> list[SliceLease]:
         group = next(self._groups)
         now = self.clock.now()
         leases = []
-        for sl in list(itertools.islice(free, c)):
-            self._set_state(sl, "held")
-            if sl._addr_inc != sl.incarnation:  # a fresh VM has fresh addresses
+        recs = []
+        for fl in got:
+            sl = fl.slice
+            addr = self._addresses.get(sl)
+            if addr is None or addr[0] != sl.incarnation:  # a fresh VM has fresh addresses
                 serial = next(self._vm_serial)
                 prefix = f"10.{(serial >> 8) & 255}.{serial & 255}."
-                sl.addresses = tuple(prefix + h for h in self._host_strs(sl.hosts))
-                sl._addr_inc = sl.incarnation
-            rec = LeaseRecord(sl, group, counts, free_before, now)
-            sl.lease = rec
-            leases.append(self._lease(rec, sl.name, tpu_type, sl.hosts, sl.addresses))
+                addr = self._addresses[sl] = (sl.incarnation, tuple(prefix + h for h in self._host_strs(sl.hosts)))
+            rec = LeaseRecord(fl, group, counts, free_before, now)
+            fl.driver = rec
+            fl.on_lost = self._on_lost
+            recs.append(rec)
+            leases.append(self._lease(rec, sl.name, sl.tpu_type, sl.hosts, addr[1]))
+        self._last_acquired = recs
         return leases
 
     def _host_strs(self, n: int) -> tuple[str, ...]:
@@ -580,11 +555,8 @@ class InMemorySliceProvider:
                     self._end(host, HostOutcomeKind.CANCELLED)
                 if ready:
                     ready.pop(host, None)
-            sl = rec.slice
-            if sl is not None:
-                if sl.state == "held" and sl.incarnation == rec.incarnation:
-                    sl.lease = None
-                    self._set_state(sl, "free")
+            if rec.fleet_lease is not None:
+                self.fleet.release(rec.fleet_lease)
             if not self.record:
                 rec.runs = []
 
@@ -628,6 +600,13 @@ class InMemorySliceProvider:
         s = int(first.get("FRAY_SLICE_ID", 0))
         job_id = first.get("FRAY_JOB_ID", "")
         rec.attempt = attempt
+        fl = rec.fleet_lease
+        if fl is not None and self._armed_group != rec.group:
+            # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
+            self._armed_group = rec.group
+            self.fleet.arm(attempt, [r.fleet_lease for r in self._last_acquired if r.fleet_lease is not None])
+        host_fate = self.fleet.host_fate
+        faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
         clock = self.clock
         now = clock.now()
         runs = []
@@ -646,6 +625,8 @@ class InMemorySliceProvider:
             running[host] = None
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
+            elif faulty and self._ended_by(host, host_fate(fl, h)):  # type: ignore[arg-type]
+                pass
             elif plan.kind is not None:
                 when = now + plan.after
                 group = due.get(when)
@@ -661,6 +642,30 @@ class InMemorySliceProvider:
         if self.record:
             self.runs.extend(new)
         return runs
+
+    def _ended_by(self, host: RunRecord, fate: HostFate) -> bool:
+        """Apply what the fleet does to a host as it starts (the order a TPU process meets it in); True
+        if that ended it."""
+        name = host.lease.lease.name
+        h = host.host_index
+        if fate.device_error:
+            self._end(host, HostOutcomeKind.PREEMPTED, error=fate.device_error)
+            return True
+        if fate.dirty:
+            if self.clean_hosts:
+                self.fleet.clean(name, h)
+            else:
+                error = f"DeviceBusyError: TPU in use: a stale device lock is on {name} host {h} (device init failed)"
+                self._end(host, HostOutcomeKind.PREEMPTED, error=error)
+                return True
+        if fate.crash:
+            self.fleet.make_dirty(name, h)  # a crashed TPU process leaves its lock behind
+            self._end(host, HostOutcomeKind.FAILED, error=f"HostCrashed: simulated crash on {name} host {h}: {fate.fail}")
+            return True
+        if fate.fail is not None:
+            self._end(host, HostOutcomeKind.FAILED, error=f"SimulatedHostFailure: {fate.fail}")
+            return True
+        return False
 
     def _due_all(self, hosts: list[RunRecord]) -> None:
         for host in hosts:
@@ -760,62 +765,54 @@ class InMemorySliceProvider:
     def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
         """Preempt a slice now: every host of it still running ends PREEMPTED, the lease holding it goes
         stale, and a fresh incarnation is free again after ``restore_after`` seconds (``None``: gone)."""
-        sl = self._slice(slice_name)
-        if sl.state in ("down", "gone"):
-            return
-        lease = sl.lease
-        self.slice_preemptions += 1
-        sl.incarnation += 1
-        sl.lease = None
-        self._set_state(sl, "gone" if restore_after is None else "down")
-        if lease is not None:
-            lease.lost = True
-            err = f"Preempted: slice {slice_name} was preempted"
-            for host in lease.runs:
-                if host.state == "running":
-                    self._end(host, HostOutcomeKind.PREEMPTED, error=err)
-        if restore_after is not None:
-            if restore_after <= 0:
-                self._restore_down(sl)
-            else:
-                self.clock._push(self.clock.now() + restore_after, self._restore_down, sl)
+        self.fleet.preempt(slice_name, restore_after)
 
-    def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
-        if rec.slice is not None and not rec.lost:
-            self.preempt(rec.slice.name, restore_after)
-            return
+    def _on_lost(self, fl: FleetLease) -> None:
+        self._lose(fl.driver)
+
+    def _lose(self, rec: LeaseRecord) -> None:
         rec.lost = True
         err = f"Preempted: slice {rec.lease.name} was preempted"
         for host in rec.runs:
             if host.state == "running":
                 self._end(host, HostOutcomeKind.PREEMPTED, error=err)
 
-    def _restore_down(self, sl: _Slice) -> None:
-        if sl.state == "down":
-            self._set_state(sl, "free")
+    def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
+        fl = rec.fleet_lease
+        if fl is not None and fl.live:
+            self.fleet.preempt(fl.slice.name, restore_after)
+        else:
+            self._lose(rec)
 
     def remove(self, slice_name: str) -> None:
         """Capacity loss: the slice is gone (preempted with no return) until :meth:`restore`."""
-        self.preempt(slice_name, restore_after=None)
+        self.fleet.preempt(slice_name, restore_after=None)
 
     def restore(self, slice_name: str) -> None:
         """Bring a down or gone slice back now, as a fresh incarnation."""
-        sl = self._slice(slice_name)
-        if sl.state in ("down", "gone"):
-            self._set_state(sl, "free")
+        self.fleet.restore(slice_name)
 
     def occupy(self, slice_name: str) -> None:
         """Another job takes a free slice (it counts as busy) until :meth:`vacate`."""
-        sl = self._slice(slice_name)
+        sl = self.fleet.slice(slice_name)
         if sl.state != "free":
-            raise ValueError(f"occupy({slice_name!r}): the slice is {sl.state}, only a free slice can be occupied")
-        self._set_state(sl, "occupied")
+            state = self.slice_states()[slice_name]
+            raise ValueError(f"occupy({slice_name!r}): the slice is {state}, only a free slice can be occupied")
+        self._occupied[slice_name] = self.fleet.take(slice_name, _OTHER)
 
     def vacate(self, slice_name: str) -> None:
         """The other job gives the slice back."""
-        sl = self._slice(slice_name)
-        if sl.state == "occupied":
-            self._set_state(sl, "free")
+        fl = self._occupied.pop(slice_name, None)
+        if fl is not None:
+            self.fleet.release(fl)
+
+    def break_host(self, slice_name: str, host: int) -> None:
+        """Every host started on this one ends PREEMPTED with a device error until :meth:`repair_host`."""
+        self.fleet.break_host(slice_name, host)
+
+    def repair_host(self, slice_name: str, host: int) -> None:
+        """Undo :meth:`break_host`."""
+        self.fleet.repair_host(slice_name, host)
 
     # ---------------------------------------------------------------------------------- checking
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
-    from fray_local.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice, TpuFleet, parse_fleet
+    from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, HostHealth, PreemptSlice
+    from fray_local.fleet import TpuFleet, parse_fleet
 
 __all__ = [
     "DEFAULT_LOCAL_POLICY",
@@ -24,6 +25,7 @@ __all__ = [
     "FailHost",
     "Fault",
     "FaultPlan",
+    "HostHealth",
     "LocalCluster",
     "PreemptSlice",
     "TpuFleet",
@@ -32,7 +34,8 @@ __all__ = [
 
 # Loaded on first use (PEP 562): `import fray_local` stays cheap and never imports ray.
 _LAZY = {name: "fray_local.cluster" for name in ("DEFAULT_LOCAL_POLICY", "LocalCluster")}
-_LAZY.update({name: "fray_local.fleet" for name in __all__ if name not in _LAZY})
+_LAZY.update({name: "fray_local.fleet" for name in ("TpuFleet", "parse_fleet")})
+_LAZY.update({name: "fray_core.fleet" for name in __all__ if name not in _LAZY})  # the one fault vocabulary
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

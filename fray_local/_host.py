@@ -3,8 +3,9 @@
 It runs the job's entrypoint and writes ``("ok", value)`` / ``("error", kind, text)`` to RESULT with
 cloudpickle. Its stdout/stderr are the host's log. Simulated-TPU hooks come through env vars:
 ``FRAY_SIM_LOCKFILE`` (the host's ``libtpu_lockfile``: present at start means the device is busy),
-``FRAY_SIM_FAIL`` (fail this host with that message) and ``FRAY_SIM_CRASH`` (die hard, leaving the
-lockfile behind, as a crashed TPU process does). A watchdog ends the host when its supervisor dies.
+``FRAY_SIM_FAIL`` (fail this host with that message), ``FRAY_SIM_CRASH`` (die hard, leaving the
+lockfile behind, as a crashed TPU process does) and ``FRAY_SIM_DEVICE_ERROR`` (a broken device). A
+watchdog ends the host when its supervisor dies.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ import traceback
 from typing import Any
 
 
-class DeviceBusyError(RuntimeError):
+class TpuDeviceError(RuntimeError):
+    """The TPU device cannot be opened (a broken host, ``TpuFleet.break_host``): not the user's fault."""
+
+
+class DeviceBusyError(TpuDeviceError):
     """The TPU device is held by a stale process (``/tmp/libtpu_lockfile``): retryable, not the user's fault."""
 
 
@@ -66,7 +71,10 @@ def main(argv: list[str]) -> int:
     lockfile = os.environ.pop("FRAY_SIM_LOCKFILE", None)
     fail_msg = os.environ.pop("FRAY_SIM_FAIL", None)
     crash = os.environ.pop("FRAY_SIM_CRASH", None)
+    device_error = os.environ.pop("FRAY_SIM_DEVICE_ERROR", None)
     try:
+        if device_error:
+            raise TpuDeviceError(device_error.partition(": ")[2] or device_error)
         if lockfile:
             if os.path.exists(lockfile):
                 raise DeviceBusyError(
@@ -91,7 +99,7 @@ def main(argv: list[str]) -> int:
         else:
             rc = subprocess.call(entry.command)
             _write(result_path, ("exit", rc))
-    except DeviceBusyError as e:
+    except TpuDeviceError as e:
         _write(result_path, ("error", "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         return 3
     except BaseException as e:  # the user's failure, with its traceback

@@ -77,8 +77,7 @@ class LocalSliceProvider:
         self._cond = threading.Condition()
         self._hosts: dict[HostRun, _Host] = {}
         self._seq = 0
-        self._applied_attempts: set[int] = set()
-        self._plan_env: dict[tuple[int, int], dict[str, str]] = {}
+        self._armed_attempts: set[int] = set()
         self._attempt_leases: list[SliceLease] = []
 
     # ------------------------------------------------------------------------------------- acquire
@@ -106,10 +105,10 @@ class LocalSliceProvider:
         attempt = int(env_per_host[0]["FRAY_ATTEMPT"])
         slice_index = int(env_per_host[0]["FRAY_SLICE_ID"])
         is_tpu = lease.handle is not None
-        if is_tpu and attempt not in self._applied_attempts:
-            # faults are keyed by attempt; applied once, when its first slice starts
-            self._applied_attempts.add(attempt)
-            self._plan_env = self.fleet.apply_plan(attempt, self._attempt_leases)
+        if is_tpu and attempt not in self._armed_attempts:
+            # faults are keyed by attempt; armed once, when its first slice starts, on that attempt's leases
+            self._armed_attempts.add(attempt)
+            self.fleet.arm(attempt, self._attempt_leases)
         payload = os.path.join(self.job_dir, f"entry-a{attempt}.pkl")
         if not os.path.exists(payload):
             with open(payload, "wb") as f:
@@ -123,11 +122,10 @@ class LocalSliceProvider:
             full_env["FRAY_SYS_PATH"] = json.dumps([self.cwd] + [p for p in sys.path if p])
             full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
             if is_tpu:
-                lockfile = self.fleet.lockfile(lease.name, h)
-                if self.fleet.clean_lockfiles and self.fleet.clean(lease.name, h):
-                    self.log.write(tag, f"[fray] removed stale {lockfile} before start")
-                full_env["FRAY_SIM_LOCKFILE"] = lockfile
-                full_env.update(self._plan_env.get((slice_index, h), {}))
+                sim_env, note = self.fleet.host_env(lease, h)
+                if note:
+                    self.log.write(tag, note)
+                full_env.update(sim_env)
             self._seq += 1
             result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
             proc = subprocess.Popen(

@@ -156,3 +156,37 @@ def test_pytest_fixtures_give_a_cluster_on_a_fleet(local_cluster: LocalCluster, 
     assert current_cluster() is local_cluster and local_cluster.fleet is tpu_fleet
     info = local_cluster.wait(local_cluster.launch(tpu_request(slices=2)), timeout=60)
     assert info.status == JobStatus.SUCCEEDED and len(info.result) == 4
+
+
+def slower_host() -> str:
+    return slow_host(2.5)
+
+
+def test_a_fault_belongs_to_the_attempt_it_was_armed_for(tmp_path: Path) -> None:
+    """Seed 167 preempts slice 0 of attempt 0 at 0.13 s and slice 1 at 1.45 s, nothing in attempt 1: attempt 0
+    ends at the first, and its second fault must die with it instead of landing on attempt 1 (or on the
+    free slice). Run twice: the same seed replays the same faults."""
+    plan = FaultPlan.chaos(seed=167, rate=0.5, max_slices=2, horizon=1.5)
+    assert [(f.slice_index, f.after) for f in plan.for_attempt(0)] == [(0, 0.132), (1, 1.45)] and not plan.for_attempt(1)
+    for i in range(2):
+        fleet = TpuFleet({"v4-16": 2}, fault_plan=plan)
+        cluster = make_cluster(tmp_path / str(i), fleet)
+        info = cluster.wait(cluster.launch(tpu_request(slower_host)), timeout=120)
+        cluster.close()
+        assert outcomes(info) == ["PREEMPTED", "SUCCEEDED"], [a.cause for a in info.attempts]
+        assert [fleet.slice(n).preemptions for n in ("v4-16-0", "v4-16-1")] == [1, 0]
+
+
+def test_a_broken_host_fails_every_process_with_a_device_error_until_repaired(tmp_path: Path) -> None:
+    fleet = TpuFleet({"v4-16": 1})
+    fleet.break_host("v4-16-0", 1)
+    cluster = make_cluster(tmp_path, fleet)
+    info = cluster.wait(cluster.launch(tpu_request(slices=1, max_retries_preemption=1)), timeout=60)
+    assert info.status == JobStatus.FAILED and outcomes(info) == ["PREEMPTED", "PREEMPTED"] and info.failures == 0
+    assert "TpuDeviceError: the TPU device of v4-16-0 host 1 is broken" in info.attempts[0].cause
+    assert "slice 0 (v4-16-0) host 1" in info.attempts[0].cause
+    assert fleet.slice("v4-16-0").preemptions == 0  # the slice itself was not preempted
+    fleet.repair_host("v4-16-0", 1)
+    info = cluster.wait(cluster.launch(tpu_request(slices=1)), timeout=60)
+    assert outcomes(info) == ["SUCCEEDED"] and info.result == ["v4-16-0/0@0", "v4-16-0/1@0"]
+    cluster.close()

@@ -1,0 +1,591 @@
+"""One model of a TPU fleet, for every simulation of one: slices, incarnations, capacity, leases, host
+health and faults.
+
+:class:`Fleet` is a pure state machine driven by a clock: it knows nothing of processes or threads. Two
+drivers run it, and neither re-implements any of it:
+
+- ``fray_core.testing.InMemorySliceProvider``: a fake clock, hosts that are records (thousands of
+  attempts per second, for property tests of the runner);
+- ``fray_local.TpuFleet`` with ``fray_local``'s ``LocalSliceProvider``: real time, a process per host.
+
+Faults have one vocabulary, :class:`FaultPlan` (``PreemptSlice``, ``FailHost``, ``DropCapacity``,
+``DirtyHost``; ``FaultPlan.chaos(seed, rate)`` for seeded random preemptions), keyed by attempt index and
+applied to every job on the fleet. What a plan arms for an attempt belongs to that attempt's leases: when
+they are released, its pending faults are cancelled, so a fault never lands on another job or attempt and
+a seed replays the same faults.
+
+Hosts have a health: ``HEALTHY``; ``DIRTY`` (a crashed TPU process left its lockfile: the next process on
+it cannot open the device unless the driver cleans the host first); ``BROKEN`` (the device fails every
+process started on it until :meth:`Fleet.repair_host`). Either kind of device error is the
+infrastructure's fault (the host ends PREEMPTED), not the user's.
+
+>>> from fray_core.testing import FakeClock
+>>> clock = FakeClock()
+>>> fleet = Fleet({"v4-16": 2}, clock)
+>>> leases = fleet.try_acquire("job-1", "v4-16", [2])
+>>> [lease.slice.name for lease in leases]
+['v4-16-0', 'v4-16-1']
+>>> fleet.preempt("v4-16-1", restore_after=5.0)
+>>> leases[1].lost, fleet.describe("v4-16")
+(True, '0 free, 1 busy, 1 preempted')
+>>> clock.advance(5.0)                             # a fresh incarnation comes back
+>>> fleet.describe("v4-16"), fleet.slice("v4-16-1").incarnation
+('1 free, 1 busy, 0 preempted', 1)
+>>> fleet.break_host("v4-16-0", 1)
+>>> fleet.host_fate(leases[0], 1).device_error
+'TpuDeviceError: the TPU device of v4-16-0 host 1 is broken (device init failed)'
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, Union
+
+import attrs
+
+from fray_core.errors import Unschedulable
+from fray_core.tpu import get_tpu_spec, normalize_tpu_type
+
+__all__ = [
+    "DirtyHost",
+    "DropCapacity",
+    "FailHost",
+    "Fault",
+    "FaultPlan",
+    "Fleet",
+    "FleetClock",
+    "FleetLease",
+    "HostFate",
+    "HostHealth",
+    "PreemptSlice",
+    "Slice",
+]
+
+# ------------------------------------------------------------------------------------------ fault plan
+
+
+@attrs.frozen
+class PreemptSlice:
+    """Preempt slice ``slice_index`` of attempt ``attempt`` ``after`` seconds into it; it comes back after
+    ``restore_after`` seconds (``None``: gone for good)."""
+
+    attempt: int
+    slice_index: int = 0
+    after: float = 0.5
+    restore_after: float | None = 0.0
+
+
+@attrs.frozen
+class FailHost:
+    """Fail host ``host_index`` of slice ``slice_index`` in attempt ``attempt`` as it starts (the user's
+    fault: ``SimulatedHostFailure(message)``); ``crash=True``: the host dies hard and leaves its device
+    lock behind, so the host is dirty until cleaned."""
+
+    attempt: int
+    slice_index: int = 0
+    host_index: int = 0
+    message: str = "injected host failure"
+    crash: bool = False
+
+
+@attrs.frozen
+class DropCapacity:
+    """When attempt ``attempt`` starts (plus ``after`` s), only ``to`` slices of ``tpu_type`` stay up for
+    ``duration`` seconds (the others, free ones first, are preempted and come back after it)."""
+
+    attempt: int
+    tpu_type: str
+    to: int
+    duration: float = 1.0
+    after: float = 0.0
+
+
+@attrs.frozen
+class DirtyHost:
+    """Before attempt ``attempt`` starts, leave a stale device lock on host ``host_index`` of slice
+    ``slice_index`` (as a crashed process would)."""
+
+    attempt: int
+    slice_index: int = 0
+    host_index: int = 0
+
+
+Fault = Union[PreemptSlice, FailHost, DropCapacity, DirtyHost]
+
+
+@attrs.frozen
+class FaultPlan:
+    """Faults keyed by attempt index; a fleet applies them to every job that runs on it.
+
+    >>> FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=2.0)]).for_attempt(0)
+    [PreemptSlice(attempt=0, slice_index=1, after=2.0, restore_after=0.0)]
+    """
+
+    faults: tuple[Fault, ...] = attrs.field(default=(), converter=tuple)
+    seed: int | None = None
+    _by_attempt: dict[int, list[Fault]] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        by: dict[int, list[Fault]] = {}
+        for f in self.faults:
+            by.setdefault(f.attempt, []).append(f)
+        object.__setattr__(self, "_by_attempt", by)
+
+    def for_attempt(self, attempt: int) -> list[Fault]:
+        return list(self._by_attempt.get(attempt, ()))
+
+    @staticmethod
+    def chaos(
+        seed: int, rate: float, *, attempts: int = 50, max_slices: int = 8, horizon: float = 2.0
+    ) -> FaultPlan:
+        """Random preemptions: in each of the first ``attempts`` attempts, each slice is preempted with
+        probability ``rate`` at a random time within ``horizon`` seconds. The same seed gives the same plan.
+
+        >>> FaultPlan.chaos(seed=1, rate=0.5) == FaultPlan.chaos(seed=1, rate=0.5)
+        True
+        """
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"FaultPlan.chaos: rate must be in [0, 1], got {rate!r}")
+        rng = random.Random(seed)
+        faults: list[Fault] = []
+        for a in range(attempts):
+            for s in range(max_slices):
+                if rng.random() < rate:
+                    faults.append(PreemptSlice(attempt=a, slice_index=s, after=round(rng.uniform(0, horizon), 3)))
+        return FaultPlan(faults, seed=seed)
+
+
+# ------------------------------------------------------------------------------------------ the model
+
+
+class FleetClock(Protocol):
+    """What the model needs of time: ``now()`` and ``call_later(delay, fn, *args)`` returning something
+    with ``cancel()``. ``fray_core.testing.FakeClock`` is one; ``fray_local`` has one on threads."""
+
+    def now(self) -> float: ...
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
+class HostHealth(enum.Enum):
+    """The health of one host of a slice (``Fleet.host_health``)."""
+
+    HEALTHY = "healthy"
+    DIRTY = "dirty"  # a stale device lock: the next process fails unless the host is cleaned first
+    BROKEN = "broken"  # the device fails every process until repaired
+
+
+@attrs.frozen
+class HostFate:
+    """What the fleet does to a host process as it starts (asked by drivers through :meth:`Fleet.host_fate`).
+
+    ``device_error``: the device cannot be opened (a broken host): the process fails with this error,
+    the infrastructure's fault. ``dirty``: a stale lock is on the host (the driver cleans it, or the
+    process fails with device busy). ``fail``: an injected failure of the user's code, with this message;
+    ``crash``: the process dies hard, leaving its lock behind.
+    """
+
+    device_error: str | None = None
+    dirty: bool = False
+    fail: str | None = None
+    crash: bool = False
+
+
+_HEALTHY_FATE = HostFate()
+
+
+class Slice:
+    """One slice of the fleet. ``state``: ``free``, ``busy`` (held by ``lease``), ``down`` (preempted,
+    coming back as a fresh incarnation) or ``gone`` (preempted for good, until restored)."""
+
+    __slots__ = ("name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick")
+
+    def __init__(self, name: str, tpu_type: str, hosts: int, index: int) -> None:
+        self.name = name
+        self.tpu_type = tpu_type
+        self.hosts = hosts
+        self.index = index  # creation order within its type: free slices are handed out lowest first
+        self.state = "free"
+        self.incarnation = 0
+        self.preemptions = 0
+        self.lease: FleetLease | None = None
+        self.sick: dict[int, HostHealth] | None = None  # hosts that are not healthy
+
+    @property
+    def holder(self) -> str | None:
+        """Who holds the slice (the ``holder`` given to ``try_acquire``), or ``None``."""
+        return self.lease.holder if self.lease is not None else None
+
+    def health(self, host: int) -> HostHealth:
+        return self.sick.get(host, HostHealth.HEALTHY) if self.sick else HostHealth.HEALTHY
+
+    def __repr__(self) -> str:
+        return f"<Slice {self.name} {self.state} incarnation={self.incarnation}>"
+
+
+class FleetLease:
+    """One incarnation of a slice, held by ``holder`` until released.
+
+    ``lost`` becomes True when the slice is preempted while held; ``on_lost(lease)`` (set by the driver)
+    is called at that moment, e.g. to kill the host processes. ``driver`` is the driver's own data.
+    """
+
+    __slots__ = ("slice", "incarnation", "holder", "lost", "released", "on_lost", "driver", "_timers", "_host_faults")
+
+    def __init__(self, sl: Slice, holder: str) -> None:
+        self.slice = sl
+        self.incarnation = sl.incarnation
+        self.holder = holder
+        self.lost = False
+        self.released = False
+        self.on_lost: Callable[[FleetLease], None] | None = None
+        self.driver: Any = None
+        self._timers: list[Any] | None = None  # faults armed for the attempt holding it
+        self._host_faults: dict[int, FailHost] | None = None
+
+    @property
+    def faulty(self) -> bool:
+        """Whether a host of it has a fault to meet at start (see :meth:`Fleet.host_fate`)."""
+        return self._host_faults is not None or bool(self.slice.sick)
+
+    @property
+    def live(self) -> bool:
+        """Held now: neither released nor preempted."""
+        return not self.released and not self.lost
+
+    def __repr__(self) -> str:
+        return f"<FleetLease {self.slice.name}#{self.incarnation} {self.holder} {'live' if self.live else 'ended'}>"
+
+
+_STATES = ("free", "busy", "down", "gone")
+
+
+class Fleet:
+    """Slices of TPU types with hosts (names ``<type>-<i>``, hosts per slice from the catalog), that
+    holders acquire whole (all-or-nothing) and release; preemptions, capacity drops, host health and a
+    fault plan, on a :class:`FleetClock`. Not thread-safe: a driver that uses threads holds a lock.
+
+    - ``clock``: what time the model's timers (restores, armed faults) run on; a fresh ``FakeClock`` when
+      not given.
+    - ``on_demand``: slices are created when asked, so any request fits.
+    - ``on_dirt(slice_name, host, dirty)``: called when a host becomes dirty or clean, for a driver that
+      keeps a real device lock (the local fleet's lockfile).
+    - ``min_count``, ``name``: the smallest count ``capacity`` may give per type, and who to name in the
+      error when it is smaller.
+    """
+
+    def __init__(
+        self,
+        capacity: Mapping[str, int] | None = None,
+        clock: FleetClock | None = None,
+        *,
+        on_demand: bool = False,
+        fault_plan: FaultPlan | None = None,
+        on_dirt: Callable[[str, int, bool], None] | None = None,
+        min_count: int = 1,
+        name: str = "Fleet",
+    ) -> None:
+        if clock is None:
+            from fray_core.testing import FakeClock
+
+            clock = FakeClock()
+        self.clock = clock
+        self.on_demand = on_demand
+        self.fault_plan = fault_plan or FaultPlan()
+        self.on_dirt = on_dirt
+        self._slices: dict[str, Slice] = {}
+        self._free: dict[str, dict[Slice, None]] = {}  # per type: the free slices
+        self._counts: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
+        for tpu_type, n in (capacity or {}).items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < min_count:
+                raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {n!r}")
+            self.add_slices(tpu_type, n)
+
+    def __repr__(self) -> str:
+        return f"Fleet({self.capacity()}, on_demand={self.on_demand})"
+
+    # ------------------------------------------------------------------------------------- inventory
+
+    def add_slices(self, tpu_type: str, n: int = 1) -> list[Slice]:
+        """Add ``n`` free slices of ``tpu_type`` (named after the ones the type has)."""
+        spec = get_tpu_spec(tpu_type)
+        counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
+        free = self._free.setdefault(spec.name, {})
+        first = sum(counts.values())
+        out = []
+        for i in range(first, first + n):
+            sl = Slice(f"{spec.name}-{i}", spec.name, spec.hosts, i)
+            self._slices[sl.name] = sl
+            free[sl] = None
+            out.append(sl)
+        counts["free"] += n
+        return out
+
+    def slices(self, tpu_type: str | None = None) -> list[Slice]:
+        t = normalize_tpu_type(tpu_type) if tpu_type else None
+        return [s for s in self._slices.values() if t is None or s.tpu_type == t]
+
+    def slice(self, name: str) -> Slice:
+        try:
+            return self._slices[name]
+        except KeyError:
+            raise KeyError(f"no slice named {name!r}; slices: {', '.join(self._slices) or 'none'}") from None
+
+    def capacity(self) -> dict[str, int]:
+        """Slices per type that exist (free, busy, or preempted and coming back)."""
+        return {t: n for t, c in self._counts.items() if (n := sum(c.values()) - c["gone"])}
+
+    def count(self, tpu_type: str, state: str | None = None) -> int:
+        """Slices of a type in ``state``, or that exist (not gone) when ``state`` is None."""
+        c = self._counts.get(get_tpu_spec(tpu_type).name)
+        if c is None:
+            return 0
+        return sum(c.values()) - c["gone"] if state is None else c[state]
+
+    def describe(self, tpu_type: str) -> str:
+        """``"1 free, 1 busy, 0 preempted"`` for a type (``", 2 gone"`` when some are gone for good)."""
+        c = self._counts.get(get_tpu_spec(tpu_type).name) or dict.fromkeys(_STATES, 0)
+        text = f"{c['free']} free, {c['busy']} busy, {c['down']} preempted"
+        return text + (f", {c['gone']} gone" if c["gone"] else "")
+
+    def _set_state(self, sl: Slice, state: str) -> None:
+        counts = self._counts[sl.tpu_type]
+        counts[sl.state] -= 1
+        counts[state] += 1
+        if sl.state == "free":
+            del self._free[sl.tpu_type][sl]
+        elif state == "free":
+            self._free[sl.tpu_type][sl] = None
+        sl.state = state
+
+    # ----------------------------------------------------------------------------------- acquisition
+
+    def try_acquire(self, holder: str, tpu_type: str, counts: Sequence[int]) -> list[FleetLease] | None:
+        """All-or-nothing: leases on the largest count in ``counts`` whose slices are all free now (lowest
+        numbered first), or ``None`` when none fits now. Raises ``Unschedulable(permanent=True)`` when no
+        count can ever fit (fewer slices exist than the smallest count)."""
+        spec = get_tpu_spec(tpu_type)
+        wanted = sorted(set(counts), reverse=True)
+        if not wanted:
+            raise ValueError("Fleet.try_acquire: counts is empty; give at least one slice count")
+        if self.on_demand and len(self._free.get(spec.name, ())) < wanted[0]:
+            self.add_slices(spec.name, wanted[0] - len(self._free.get(spec.name, ())))
+        existing = self.count(spec.name)
+        if existing < wanted[-1]:
+            raise self.unschedulable(wanted, spec.name, permanent=True)
+        free = self._free.get(spec.name, {})
+        for c in wanted:
+            if len(free) >= c:
+                take = heapq.nsmallest(c, free, key=_by_index) if c < len(free) else sorted(free, key=_by_index)
+                return [self._take(sl, holder) for sl in take]
+        return None
+
+    def take(self, slice_name: str, holder: str) -> FleetLease:
+        """Acquire one named free slice (e.g. another job occupying it)."""
+        sl = self.slice(slice_name)
+        if sl.state != "free":
+            raise ValueError(f"{slice_name!r} is {sl.state}; only a free slice can be taken")
+        return self._take(sl, holder)
+
+    def _take(self, sl: Slice, holder: str) -> FleetLease:
+        self._set_state(sl, "busy")
+        lease = sl.lease = FleetLease(sl, holder)
+        return lease
+
+    def unschedulable(self, counts: Sequence[int], tpu_type: str, *, permanent: bool = False) -> Unschedulable:
+        """The error for a request that does not fit now (or, ``permanent``, ever), with a diagnosis."""
+        asked = f"{' or '.join(map(str, counts))} x {tpu_type}"
+        if permanent:
+            return Unschedulable(
+                f"asked: {asked}; fleet has {self.count(tpu_type)} {tpu_type} slice(s) in all "
+                f"({self.describe(tpu_type)}), so this can never fit",
+                permanent=True,
+            )
+        return Unschedulable(f"asked: {asked}; fleet has: {self.describe(tpu_type)}")
+
+    def release(self, lease: FleetLease) -> bool:
+        """Give a slice back; idempotent, and only frees the slice if the lease still holds it. Faults
+        armed for the lease's attempt that have not fired are cancelled. True if the slice became free."""
+        if lease.released:
+            return False
+        lease.released = True
+        if lease._timers:
+            for t in lease._timers:
+                t.cancel()
+            lease._timers = None
+        sl = lease.slice
+        if sl.lease is lease:
+            sl.lease = None
+            self._set_state(sl, "free")
+            return True
+        return False
+
+    # ---------------------------------------------------------------------------------------- faults
+
+    def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
+        """Preempt a slice now: the lease holding it is lost (its ``on_lost`` runs) and the slice is down;
+        a fresh incarnation is free after ``restore_after`` seconds (``None``: gone until :meth:`restore`)."""
+        sl = self.slice(slice_name)
+        if sl.state in ("down", "gone"):
+            return
+        lease = sl.lease
+        sl.incarnation += 1
+        sl.preemptions += 1
+        sl.lease = None
+        self._set_state(sl, "gone" if restore_after is None else "down")
+        if lease is not None:
+            lease.lost = True
+            if lease.on_lost is not None:
+                lease.on_lost(lease)
+        if restore_after is not None:
+            if restore_after <= 0:
+                self._restore(sl, sl.incarnation)
+            else:
+                self.clock.call_later(restore_after, self._restore, sl, sl.incarnation)
+
+    def _restore(self, sl: Slice, incarnation: int) -> None:
+        # only the preemption that scheduled it: a slice restored and preempted again keeps its new timer
+        if sl.state == "down" and sl.incarnation == incarnation:
+            self._fresh(sl)
+
+    def _fresh(self, sl: Slice) -> None:
+        """A fresh VM: no stale device lock (a broken device stays broken until repaired)."""
+        if sl.sick:
+            for h in [h for h, v in sl.sick.items() if v is HostHealth.DIRTY]:
+                del sl.sick[h]
+        if self.on_dirt is not None:
+            for h in range(sl.hosts):
+                self.on_dirt(sl.name, h, False)
+        self._set_state(sl, "free")
+
+    def restore(self, slice_name: str) -> None:
+        """Bring a down or gone slice back now, as a fresh incarnation."""
+        sl = self.slice(slice_name)
+        if sl.state in ("down", "gone"):
+            self._fresh(sl)
+
+    def drop_capacity(self, tpu_type: str, to: int, duration: float | None = 1.0) -> list[str]:
+        """Only ``to`` slices of ``tpu_type`` stay up; the others (free ones first, then busy ones) are
+        preempted and come back after ``duration`` seconds (``None``: never). Returns their names."""
+        up = [s for s in self.slices(tpu_type) if s.state in ("free", "busy")]
+        up.sort(key=lambda s: s.state != "free")
+        victims = up[: max(0, len(up) - to)]
+        for s in victims:
+            self.preempt(s.name, restore_after=duration)
+        return [s.name for s in victims]
+
+    def _set_health(self, slice_name: str, host: int, health: HostHealth) -> Slice:
+        sl = self.slice(slice_name)
+        if not 0 <= host < sl.hosts:
+            raise ValueError(f"host must be in [0, {sl.hosts}) for {slice_name} ({sl.tpu_type}), got {host!r}")
+        if health is HostHealth.HEALTHY:
+            if sl.sick:
+                sl.sick.pop(host, None)
+        else:
+            if sl.sick is None:
+                sl.sick = {}
+            sl.sick[host] = health
+        return sl
+
+    def break_host(self, slice_name: str, host: int) -> None:
+        """Every process started on this host fails with a device error until :meth:`repair_host`."""
+        self._set_health(slice_name, host, HostHealth.BROKEN)
+
+    def repair_host(self, slice_name: str, host: int) -> None:
+        """Undo :meth:`break_host` (the host is healthy and clean again)."""
+        self._set_health(slice_name, host, HostHealth.HEALTHY)
+        if self.on_dirt is not None:
+            self.on_dirt(slice_name, host, False)
+
+    def make_dirty(self, slice_name: str, host: int) -> None:
+        """Leave a stale device lock on a host, as a crashed TPU process does."""
+        sl = self.slice(slice_name)
+        if sl.health(host) is not HostHealth.BROKEN:
+            self._set_health(slice_name, host, HostHealth.DIRTY)
+        if self.on_dirt is not None:
+            self.on_dirt(slice_name, host, True)
+
+    def clean(self, slice_name: str, host: int) -> bool:
+        """Remove a stale device lock; True if the host was dirty."""
+        sl = self.slice(slice_name)
+        was = sl.health(host) is HostHealth.DIRTY
+        if was:
+            self._set_health(slice_name, host, HostHealth.HEALTHY)
+        if self.on_dirt is not None:
+            self.on_dirt(slice_name, host, False)
+        return was
+
+    def host_health(self, slice_name: str, host: int) -> HostHealth:
+        return self.slice(slice_name).health(host)
+
+    # ------------------------------------------------------------------------------------ fault plan
+
+    def arm(self, attempt: int, leases: Sequence[FleetLease]) -> None:
+        """Apply the plan's faults for attempt ``attempt`` to its slices (``leases``, in slice order).
+        Timed faults are armed on these leases: releasing them cancels what has not fired yet."""
+        faults = self.fault_plan.for_attempt(attempt)
+        if not faults or not leases:
+            return
+        owner = leases[0]
+        for f in faults:
+            if isinstance(f, PreemptSlice):
+                if f.slice_index < len(leases):
+                    lease = leases[f.slice_index]
+                    self._arm(lease, f.after, self._fault_preempt, lease, f.restore_after)
+            elif isinstance(f, DropCapacity):
+                self._arm(owner, f.after, self._fault_drop, owner, f)
+            elif isinstance(f, FailHost):
+                if f.slice_index < len(leases):
+                    lease = leases[f.slice_index]
+                    if lease._host_faults is None:
+                        lease._host_faults = {}
+                    lease._host_faults[f.host_index] = f
+            elif isinstance(f, DirtyHost):
+                if f.slice_index < len(leases):
+                    self.make_dirty(leases[f.slice_index].slice.name, f.host_index)
+
+    def _arm(self, lease: FleetLease, after: float, fn: Callable[..., None], *args: Any) -> None:
+        if after <= 0:
+            fn(*args)
+            return
+        if lease._timers is None:
+            lease._timers = []
+        lease._timers.append(self.clock.call_later(after, fn, *args))
+
+    def _fault_preempt(self, lease: FleetLease, restore_after: float | None) -> None:
+        if lease.live:  # only the incarnation, and the attempt, it was armed for
+            self.preempt(lease.slice.name, restore_after=restore_after)
+
+    def _fault_drop(self, owner: FleetLease, f: DropCapacity) -> None:
+        if not owner.released:
+            self.drop_capacity(f.tpu_type, f.to, f.duration)
+
+    def host_fate(self, lease: FleetLease, host: int) -> HostFate:
+        """What happens to a process started now on host ``host`` of the lease's slice."""
+        sl = lease.slice
+        fault = lease._host_faults.get(host) if lease._host_faults else None
+        health = sl.sick.get(host) if sl.sick else None
+        if fault is None and health is None:
+            return _HEALTHY_FATE
+        device_error = None
+        if health is HostHealth.BROKEN:
+            device_error = f"TpuDeviceError: the TPU device of {sl.name} host {host} is broken (device init failed)"
+        return HostFate(
+            device_error=device_error,
+            dirty=health is HostHealth.DIRTY,
+            fail=fault.message if fault is not None else None,
+            crash=fault is not None and fault.crash,
+        )
+
+    def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
+        """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
+        self.fault_plan = FaultPlan.chaos(seed, rate, **kw)
+        return self.fault_plan
+
+
+def _by_index(sl: Slice) -> int:
+    return sl.index
+
