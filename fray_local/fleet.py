@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Union
 
@@ -195,6 +197,8 @@ class TpuFleet:
         with self._cond:
             if self._state_dir is None:
                 self._state_dir = tempfile.mkdtemp(prefix="fray-fleet-")
+                # a dir we made is removed by close(), else at exit
+                self._state_cleanup = weakref.finalize(self, shutil.rmtree, self._state_dir, True)
             return self._state_dir
 
     # ------------------------------------------------------------------------------------- inventory
@@ -410,4 +414,9 @@ class TpuFleet:
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
+        cleanup = getattr(self, "_state_cleanup", None)
+        if cleanup is not None:  # only a dir we made ourselves
+            cleanup()
+            with self._cond:
+                self._state_dir = self._state_cleanup = None
 
