@@ -155,7 +155,7 @@ class LocalSliceProvider:
         if host.log_error is not None:
             return HostOutcome(run, HostOutcomeKind.FAILED, error=host.log_error)
         if host.start_error is not None:  # bad cwd, bad env: the same on every try, so not a preemption
-            return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{host.start_error} (on {where})")
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=host.start_error)
         if host.preempted:
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {run.lease.name} was preempted")
         if host.cancelled:
