@@ -124,10 +124,13 @@ def jobs_mod(tmp_path: Path) -> Iterator[Path]:
 
 def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float) -> tuple[int, list[str]]:
     """TRIALS launches, each supervisor killed -9 at a random instant after the id is printed;
-    returns the number of leaked processes and a line per trial that leaked."""
+    returns the number of leaked processes and a line per trial that leaked (it stops after 3 of those)."""
     rng = random.Random(seed)
     leaked, report = 0, []
     for trial in range(TRIALS):
+        if len(report) >= 3:
+            report.append(f"stopped after {trial} trials")
+            break
         delay = rng.uniform(0.0, window)
         proc = subprocess.Popen(launch, cwd=cwd, env=_env(FRAY_JOBS_DIR=str(jobs_dir)), stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
@@ -140,7 +143,7 @@ def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float
         os.kill(owner, signal.SIGKILL)
         proc.stdout.close()
         proc.wait(30)
-        left = wait_gone(job_id)
+        left = wait_gone(job_id, timeout=5.0)  # they die within milliseconds; a bound, not a guess
         status = LocalCluster(jobs_dir=str(jobs_dir)).poll(job_id).status
         assert status.is_terminal(), f"trial {trial}: {job_id} is {status} after its supervisor died"
         if left:
@@ -149,6 +152,7 @@ def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float
     return leaked, report
 
 
+@pytest.mark.timeout(600)
 def test_kill9_of_cli_supervisor_during_start_leaves_no_process(jobs_mod: Path) -> None:
     """``fray launch`` of 2 x v4-16, then kill -9 of its detached supervisor at a random instant."""
     seed = random.randrange(2**32)
@@ -175,6 +179,7 @@ time.sleep(120)
 '''
 
 
+@pytest.mark.timeout(600)
 def test_kill9_of_launching_process_during_start_leaves_no_process(jobs_mod: Path) -> None:
     """The API: the process that called ``launch()`` is killed -9 at a random instant after it returned."""
     seed = random.randrange(2**32)
