@@ -125,6 +125,12 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
 def main(argv: list[str]) -> int:
     sup_pid = int(os.environ.pop("FRAY_SUPERVISOR_PID", "0") or 0)
     sup_start = os.environ.pop("FRAY_SUPERVISOR_START", "")
+    if not hasattr(signal, "sigtimedwait"):
+        import threading
+
+        if sup_pid:
+            threading.Thread(target=_watch_supervisor, args=(sup_pid, sup_start), daemon=True).start()
+        return _work(argv)
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS})
     if sup_pid:
         # First the parent-death signal, then the check: a supervisor that died before the prctl is caught
@@ -145,7 +151,19 @@ def main(argv: list[str]) -> int:
     return _guard(worker, sup_pid, sup_start)
 
 
+def _watch_supervisor(sup_pid: int, sup_start: str) -> None:
+    """Without ``sigtimedwait`` (not Linux): no guardian; the worker polls its supervisor instead."""
+    while _supervisor_alive(sup_pid, sup_start):
+        time.sleep(0.5)
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(128 + signal.SIGKILL)
+
+
 # ------------------------------------------------------------------------------------------ worker
+
+
 def _write(path: str, payload: Any) -> None:
     import cloudpickle
 

@@ -259,9 +259,10 @@ class HostProcess:
         except Exception as e:
             if not is_deterministic_start_error(e):
                 raise
-            where = f" in cwd {cwd!r}" if isinstance(e, (FileNotFoundError, NotADirectoryError, PermissionError)) and getattr(e, "filename", None) == cwd else ""
-            self.log.write(self.tag, f"[fray] HostStartError: cannot start the host process{where}: {type(e).__name__}: {e}")
-            self.not_started(f"HostStartError: cannot start the host process{where}: {type(e).__name__}: {e}")
+            where = f" in cwd {cwd!r}" if getattr(e, "filename", None) == cwd else ""
+            error = f"HostStartError: cannot start the host process{where}: {type(e).__name__}: {e}"
+            self.log.write(self.tag, f"[fray] {error}")
+            self.not_started(error)
             return
         threading.Thread(target=self._pump, daemon=True, name=f"fray-pump-{self.tag}").start()
         threading.Thread(target=self._wait, daemon=True, name=f"fray-wait-{self.tag}").start()
@@ -290,7 +291,10 @@ class HostProcess:
         # The guardian killed every descendant, so the pipe reaches EOF at once; the grace bounds the
         # case where something outside the host's tree still holds it (no subreaper on this OS).
         if not self._drained.wait(DRAIN_GRACE):
-            self.log.write(self.tag, f"[fray] the host ended; output still held by another process after {DRAIN_GRACE:.0f} s is not logged")
+            self.log.write(
+                self.tag,
+                f"[fray] the host ended; output still held by another process after {DRAIN_GRACE:.0f} s is not logged",
+            )
         self._finish()
 
     def _finish(self) -> None:
