@@ -160,7 +160,7 @@ def test_kill9_of_cli_supervisor_during_start_leaves_no_process(jobs_mod: Path) 
         sys.executable, "-m", "fray_core.cli", "launch", "--tpu", "v4-16", "--slices", "2",
         "--cluster", "local", "reljobs:spawn_and_block",
     ]
-    leaked, report = _race(launch, jobs_mod, jobs_mod / "jobs", seed, window=1.5)
+    leaked, report = _race(launch, jobs_mod, jobs_mod / "jobs", seed, window=1.0)
     assert leaked == 0, f"seed={seed}: {leaked} orphaned process(es) over {TRIALS} trials:\n" + "\n".join(report)
 
 
