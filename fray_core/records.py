@@ -64,23 +64,69 @@ def new_job_id(name: str) -> JobId:
 
 
 def owner_info() -> dict[str, Any]:
-    """Who supervises a job: checked by other processes to tell a live job from an orphaned one."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+    """Who supervises a job: checked by other processes to tell a live job from an orphaned one.
+
+    ``start_ticks`` (Linux: the process's start time in clock ticks since boot) tells the owner from a
+    later process that got the same pid.
+    """
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": time.time(),
+        "start_ticks": _start_ticks(os.getpid()),
+    }
 
 
-def pid_alive(pid: int) -> bool:
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def _start_wall_time(ticks: int) -> float | None:
+    """When a process that started ``ticks`` clock ticks after boot started, as a ``time.time()`` value."""
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def pid_alive(pid: int, started: float | None = None, start_ticks: int | None = None) -> bool:
+    """Whether process ``pid`` runs (a zombie does not) and is the one that was there before.
+
+    With ``start_ticks`` (from :func:`owner_info`) the process must have exactly that start time; with
+    only ``started`` (a ``time.time()`` the owner took after it started) it must not have started later:
+    either way a pid reused by another process counts as dead.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+        pass
+    fields = _stat(pid)
+    if fields is None:
+        return not os.path.isdir("/proc/self")  # no /proc here: trust kill(0)
+    if fields[0] in ("Z", "X"):
+        return False  # a zombie is dead for our purposes
+    ticks = int(fields[19])
+    if start_ticks is not None:
+        return ticks == start_ticks
+    if started is not None:
+        began = _start_wall_time(ticks)
+        # btime has a resolution of 1 s and moves with clock adjustments: allow for both
+        return began is None or began <= started + 2.0
+    return True
 
 
 def _shared_from_env() -> bool:

@@ -1,11 +1,14 @@
 """The process of one host (or replica): ``python -m fray_local._host PAYLOAD RESULT``.
 
-It runs the job's entrypoint and writes ``("ok", value)`` / ``("error", kind, text)`` to RESULT with
-cloudpickle. Its stdout/stderr are the host's log. Simulated-TPU hooks come through env vars:
-``FRAY_SIM_LOCKFILE`` (the host's ``libtpu_lockfile``: present at start means the device is busy),
-``FRAY_SIM_FAIL`` (fail this host with that message), ``FRAY_SIM_CRASH`` (die hard, leaving the
-lockfile behind, as a crashed TPU process does) and ``FRAY_SIM_DEVICE_ERROR`` (a broken device). A
-watchdog ends the host when its supervisor dies.
+It is a *guardian* that runs no user code and forks the *worker* that does (see :mod:`fray_local._proc`).
+The worker runs the job's entrypoint and writes ``("ok", value)`` / ``("error", kind, text)`` /
+``("exit", code)`` to RESULT with cloudpickle; its stdout/stderr are the host's log. The guardian waits
+for the worker, then kills every process the worker left behind and exits as the worker did. It also
+tears the host down when it is told to (SIGTERM: gracefully; ``HARD_STOP``: at once) and when the
+supervisor that started it dies. Simulated-TPU hooks come through env vars: ``FRAY_SIM_LOCKFILE`` (the
+host's ``libtpu_lockfile``: present at start means the device is busy), ``FRAY_SIM_FAIL`` (fail this
+host with that message), ``FRAY_SIM_CRASH`` (die hard, leaving the lockfile behind, as a crashed TPU
+process does) and ``FRAY_SIM_DEVICE_ERROR`` (a broken device).
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from typing import Any
+
+from fray_local import _proc
+
+# A graceful stop (SIGTERM) waits this long for the worker before killing everything.
+SOFT_STOP_GRACE = 10.0
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 class TpuDeviceError(RuntimeError):
@@ -33,15 +41,131 @@ class SimulatedHostFailure(RuntimeError):
     """A failure injected by a fault plan (``FailHost``)."""
 
 
-def _watchdog(parent: int) -> None:
-    # A host must not outlive its supervisor: an orphaned TPU process holds the device forever.
+# ---------------------------------------------------------------------------------------- guardian
+
+
+def _supervisor_alive(pid: int, start: str) -> bool:
+    if not pid:
+        return True  # started by hand, not by a supervisor: nothing to watch
+    if _proc.LINUX:
+        return os.getppid() == pid and start != "" and str(_proc.process_start_ticks(pid)) == start
+    return os.getppid() == pid
+
+
+def _reap(worker: int) -> tuple[int | None, bool]:
+    """Reap every child that ended: the worker's wait status if it was one of them, and whether
+    any child is left."""
+    status = None
     while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, False
+        if pid == 0:
+            return status, True
+        if pid == worker:
+            status = st
+
+
+def _signal_all(worker: int, sig: int) -> None:
+    targets = _proc.descendants(os.getpid()) if _proc.LINUX else [worker]
+    for pid in targets:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_tree(worker: int) -> int | None:
+    """SIGKILL every descendant until none is left (as a subreaper, orphans come back to us)."""
+    status = None
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        _signal_all(worker, signal.SIGKILL)
+        st, left = _reap(worker)
+        status = st if st is not None else status
+        if not left:
+            return status
+        signal.sigtimedwait({signal.SIGCHLD}, 0.05)
+    return status
+
+
+def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
+    watched = {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS}
+    status = None
+    soft_deadline = None
+    while status is None:
+        timeout = 1.0 if soft_deadline is None else max(0.0, min(1.0, soft_deadline - time.monotonic()))
+        info = signal.sigtimedwait(watched, timeout)
+        if info is None:
+            if soft_deadline is not None and time.monotonic() >= soft_deadline:
+                break
+            if not _supervisor_alive(sup_pid, sup_start):
+                print("[fray] the job's supervisor died: stopping this host", file=sys.stderr, flush=True)
+                break
+            continue
+        if info.si_signo == signal.SIGCHLD:
+            status = _reap(worker)[0]
+        elif info.si_signo == _proc.HARD_STOP:
+            break
+        elif soft_deadline is None:  # stop gracefully: SIGTERM to the worker and everything it started
+            _signal_all(worker, signal.SIGTERM)
+            soft_deadline = time.monotonic() + SOFT_STOP_GRACE
+    st = _kill_tree(worker)
+    status = status if status is not None else st
+    if status is None:
+        return 128 + signal.SIGKILL  # killed before it could be reaped: as good as SIGKILL
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        signal.signal(sig, signal.SIG_DFL)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), sig)  # end as the worker did, so the supervisor sees the same signal
+        return 128 + sig
+    return os.WEXITSTATUS(status)
+
+
+def main(argv: list[str]) -> int:
+    sup_pid = int(os.environ.pop("FRAY_SUPERVISOR_PID", "0") or 0)
+    sup_start = os.environ.pop("FRAY_SUPERVISOR_START", "")
+    if not hasattr(signal, "sigtimedwait"):
+        import threading
+
+        if sup_pid:
+            threading.Thread(target=_watch_supervisor, args=(sup_pid, sup_start), daemon=True).start()
+        return _work(argv)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS})
+    if sup_pid:
+        # First the parent-death signal, then the check: a supervisor that died before the prctl is caught
+        # by the check (our parent is no longer that process), one that dies after it by the signal.
+        _proc.prctl(_proc.PR_SET_PDEATHSIG, _proc.HARD_STOP)
+        if not _supervisor_alive(sup_pid, sup_start):
+            print("[fray] the job's supervisor died before this host started", file=sys.stderr, flush=True)
+            return 128 + signal.SIGKILL
+    _proc.prctl(_proc.PR_SET_CHILD_SUBREAPER, 1)
+    guardian = os.getpid()
+    worker = os.fork()
+    if worker == 0:
+        _proc.prctl(_proc.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != guardian:
+            os._exit(128 + signal.SIGKILL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        return _work(argv)
+    return _guard(worker, sup_pid, sup_start)
+
+
+def _watch_supervisor(sup_pid: int, sup_start: str) -> None:
+    """Without ``sigtimedwait`` (not Linux): no guardian; the worker polls its supervisor instead."""
+    while _supervisor_alive(sup_pid, sup_start):
         time.sleep(0.5)
-        if os.getppid() != parent:
-            try:
-                os.killpg(os.getpgid(0), signal.SIGKILL)
-            finally:
-                os._exit(137)
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(128 + signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------ worker
 
 
 def _write(path: str, payload: Any) -> None:
@@ -59,9 +183,8 @@ def _write(path: str, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str]) -> int:
+def _work(argv: list[str]) -> int:
     payload_path, result_path = argv[1], argv[2]
-    threading.Thread(target=_watchdog, args=(os.getppid(),), daemon=True).start()
     extra_path = os.environ.pop("FRAY_SYS_PATH", None)
     if extra_path:
         for p in reversed(json.loads(extra_path)):
@@ -93,11 +216,28 @@ def main(argv: list[str]) -> int:
         with open(payload_path, "rb") as f:
             entry = cloudpickle.load(f)
         if entry.callable is not None:
-            value = entry.callable(*entry.positional, **entry.function_args)
+            try:
+                value = entry.callable(*entry.positional, **entry.function_args)
+            except SystemExit as e:  # sys.exit() in the user's function: its exit code decides
+                if e.code is None or e.code == 0:
+                    value = None
+                else:
+                    rc = e.code if isinstance(e.code, int) else 1
+                    what = f"exit code {e.code}" if isinstance(e.code, int) else f"exit code 1: {e.code}"
+                    text = f"SystemExit: the entrypoint called sys.exit() with {what}\n{traceback.format_exc()}"
+                    sys.stderr.write(text)
+                    _write(result_path, ("error", "user", text))
+                    return rc
             _write(result_path, ("ok", value))
             rc = 0
         else:
-            rc = subprocess.call(entry.command)
+            try:
+                rc = subprocess.call(entry.command)
+            except OSError as e:  # a missing or non-executable binary fails the same way every time
+                text = f"CommandNotFound: cannot run {entry.command[0]!r}: {type(e).__name__}: {e}\n"
+                sys.stderr.write(text)
+                _write(result_path, ("error", "user", text))
+                return 127
             _write(result_path, ("exit", rc))
     except TpuDeviceError as e:
         _write(result_path, ("error", "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))

@@ -23,6 +23,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ from fray_core.cluster import Cluster, check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
 from fray_core.runner import GangRunner, RetryPolicy
-from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, summarize_request
+from fray_core.types import GpuConfig, JobId, JobInfo, JobRequest, JobStatus, summarize_request
+from fray_local import _gpu
 from fray_local.fleet import TpuFleet, parse_fleet
 from fray_local.provider import LocalSliceProvider, LogSink
 
@@ -112,6 +114,7 @@ class LocalCluster(Cluster):
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._spool_dir: str | None = None  # per-job scratch files, made on the first launch
+        self._spool_cleanup: weakref.finalize | None = None
         self._owner = owner_info()
         self._watcher: threading.Thread | None = None
 
@@ -125,6 +128,10 @@ class LocalCluster(Cluster):
             raise TypeError(f"launch: expected a JobRequest, got {request!r}")
         check_picklable(request)
         check_environment(request)
+        gpu_devices = None
+        if isinstance(request.resources.device, GpuConfig):
+            replicas = request.resources.replicas
+            gpu_devices = _gpu.assign(request.resources.device, replicas[0] if isinstance(replicas, tuple) else int(replicas))
         job_id = new_job_id(request.name)
         job_dir = os.path.join(self._spool(), job_id)
         os.makedirs(job_dir)
@@ -132,7 +139,9 @@ class LocalCluster(Cluster):
         log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
         log = LogSink(log_path)
         env = request.environment
-        provider = LocalSliceProvider(self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None)
+        provider = LocalSliceProvider(
+            self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices
+        )
         info = JobInfo(
             job_id=job_id,
             name=request.name,
@@ -156,6 +165,8 @@ class LocalCluster(Cluster):
         with self._lock:
             if self._spool_dir is None:
                 self._spool_dir = tempfile.mkdtemp(prefix="fray-local-")
+                # removed by close(), else when this object is collected or the interpreter exits
+                self._spool_cleanup = weakref.finalize(self, shutil.rmtree, self._spool_dir, True)
             return self._spool_dir
 
     def _persist(self, job: _Job, info: JobInfo) -> None:
@@ -210,7 +221,13 @@ class LocalCluster(Cluster):
         owner = record.get("owner") or {}
         if owner.get("host") != socket.gethostname() or not owner.get("pid"):
             return False  # another machine's job: we cannot tell, trust the record
-        return not pid_alive(int(owner["pid"]))
+        started = owner.get("started")
+        ticks = owner.get("start_ticks")
+        return not pid_alive(
+            int(owner["pid"]),
+            started=float(started) if isinstance(started, (int, float)) else None,
+            start_ticks=ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else None,
+        )
 
     def list_jobs(self) -> list[JobInfo]:
         """Every job in the store, oldest first; never unpickles. A job whose record cannot be read is
@@ -291,8 +308,8 @@ class LocalCluster(Cluster):
             if not job.done.is_set():
                 self.terminate(job_id)
         self.fleet.close()
-        if self._spool_dir is not None:
-            shutil.rmtree(self._spool_dir, ignore_errors=True)
+        if self._spool_cleanup is not None:
+            self._spool_cleanup()
 
 
 def _from_spec(params: dict[str, str]) -> LocalCluster:

@@ -21,9 +21,11 @@ host, as the Ray backend does on real TPU VMs.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -142,6 +144,8 @@ class TpuFleet:
         with self._cond:
             if self._state_dir is None:
                 self._state_dir = tempfile.mkdtemp(prefix="fray-fleet-")
+                # a dir we made is removed by close(), else at exit
+                self._state_cleanup = weakref.finalize(self, shutil.rmtree, self._state_dir, True)
             return self._state_dir
 
     # ------------------------------------------------------------------------------------- inventory
@@ -324,8 +328,13 @@ class TpuFleet:
             return self.model.chaos(seed, rate, **kw)
 
     def close(self) -> None:
-        """Cancel pending timers (restores and armed faults)."""
+        """Cancel pending timers (restores and armed faults) and remove the state dir this fleet made."""
         self._clock.close()
+        cleanup = getattr(self, "_state_cleanup", None)
+        if cleanup is not None:  # only a dir we made ourselves
+            cleanup()
+            with self._cond:
+                self._state_dir = self._state_cleanup = None
 
 
 def _fate_env(fate: HostFate) -> dict[str, str]:

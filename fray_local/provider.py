@@ -2,83 +2,50 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
 import cloudpickle
 
 from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
+from fray_local._proc import HostProcess, LogSink
 from fray_local.fleet import TpuFleet
 
 __all__ = ["LocalSliceProvider", "LogSink"]
-
-_TAIL_LINES = 20
-
-
-class LogSink:
-    """Appends tagged lines of every host of a job to one log file."""
-
-    def __init__(self, path: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.path = path
-        self._lock = threading.Lock()
-        self._f = open(path, "a", encoding="utf-8", buffering=1)
-
-    def write(self, tag: str, line: str) -> None:
-        with self._lock:
-            if not self._f.closed:
-                self._f.write(f"[{tag}] {line.rstrip(chr(10))}\n")
-
-    def close(self) -> None:
-        with self._lock:
-            self._f.close()
-
-
-class _Host:
-    """One host process and what we know of how it ended."""
-
-    def __init__(self, proc: subprocess.Popen, result_path: str, tag: str, binary: bool) -> None:
-        self.proc = proc
-        self.result_path = result_path
-        self.tag = tag
-        self.binary = binary
-        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        self.preempted = False
-        self.cancelled = False
-        self.done = threading.Event()
-        self.reported = False
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)  # the whole process tree: the host runs in its own session
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class LocalSliceProvider:
     """Runs one job's hosts as subprocesses. TPU slices are acquired from ``fleet``; a CPU/GPU gang is
     one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``."""
 
-    def __init__(self, fleet: TpuFleet, job_id: str, job_dir: str, log: LogSink, workspace: str | None = None) -> None:
+    def __init__(
+        self,
+        fleet: TpuFleet,
+        job_id: str,
+        job_dir: str,
+        log: LogSink,
+        workspace: str | None = None,
+        gpu_devices: Sequence[Sequence[str]] | None = None,
+    ) -> None:
         self.fleet = fleet
         self.job_id = job_id
         self.job_dir = job_dir
         self.log = log
         self.cwd = os.path.abspath(workspace) if workspace else os.getcwd()
         self._cond = threading.Condition()
-        self._hosts: dict[HostRun, _Host] = {}
+        self._hosts: dict[HostRun, HostProcess] = {}
+        self.gpu_devices = gpu_devices  # CUDA_VISIBLE_DEVICES of each replica of a GPU job
         self._seq = 0
         self._armed_attempts: set[int] = set()
         self._attempt_leases: list[SliceLease] = []
+        log.on_error(self._log_failed)
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -128,41 +95,39 @@ class LocalSliceProvider:
                 full_env.update(sim_env)
             self._seq += 1
             result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "fray_local._host", payload, result_path],
-                env=full_env,
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            host = _Host(proc, result_path, tag, binary=entrypoint.binary is not None)
+            if lease.device_type == "gpu" and self.gpu_devices is not None:
+                devices = ",".join(self.gpu_devices[h])
+                full_env["CUDA_VISIBLE_DEVICES"] = devices
+                self.log.write(tag, f"[fray] CUDA_VISIBLE_DEVICES={devices}")
+            host = HostProcess(tag, self.log, self._notify, result_path)
+            if self.log.error is not None:  # the log cannot be written: do not start what we cannot record
+                host.log_error = self.log.error
+                host.not_started(self.log.error)
+            else:
+                host.start([sys.executable, "-m", "fray_local._host", payload, result_path], full_env, self.cwd)
             run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
             with self._cond:
                 self._hosts[run] = host
             if is_tpu and not self.fleet.register_kill(lease, lambda host=host: self._preempt_host(host)):
                 self._preempt_host(host)  # the slice went away while we were starting
-            threading.Thread(target=self._pump, args=(host,), daemon=True, name=f"fray-{tag}").start()
             runs.append(run)
         return runs
 
-    def _preempt_host(self, host: _Host) -> None:
+    def _preempt_host(self, host: HostProcess) -> None:
         host.preempted = True
         host.kill()
 
-    def _pump(self, host: _Host) -> None:
-        assert host.proc.stdout is not None
-        out: IO[bytes] = host.proc.stdout
-        for raw in out:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            host.tail.append(line)
-            self.log.write(host.tag, line)
-        out.close()
-        host.proc.wait()
+    def _notify(self) -> None:
         with self._cond:
-            host.done.set()
             self._cond.notify_all()
+
+    def _log_failed(self, error: str) -> None:
+        """The job log cannot be written: fail the running hosts (a job we cannot record is not run)."""
+        with self._cond:
+            hosts = [h for h in self._hosts.values() if not h.done.is_set()]
+        for host in hosts:
+            host.log_error = error
+            host.kill()
 
     # ---------------------------------------------------------------------------------------- wait
 
@@ -182,9 +147,13 @@ class LocalSliceProvider:
         return [self._outcome(r) for r in ended]
 
     def _outcome(self, run: HostRun) -> HostOutcome:
-        host: _Host = self._hosts[run]
-        rc = host.proc.returncode
+        host = self._hosts[run]
+        rc = host.returncode
         where = f"{run.lease.name} host {run.host_index}"
+        if host.log_error is not None:
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=host.log_error)
+        if host.start_error is not None:  # bad cwd, bad env: the same on every try, so not a preemption
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=host.start_error)
         if host.preempted:
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {run.lease.name} was preempted")
         if host.cancelled:
@@ -217,19 +186,19 @@ class LocalSliceProvider:
             host = self._hosts[r]
             if not host.done.is_set():
                 host.cancelled = True
-                host.kill(signal.SIGTERM)
+                host.signal(signal.SIGTERM)  # the host's guardian passes it to every process of the host
         # Give the processes a moment to exit cleanly, then make sure.
         deadline = time.monotonic() + 1.0
         for r in runs:
             host = self._hosts[r]
             if not host.done.wait(max(0.0, deadline - time.monotonic())):
-                host.kill(signal.SIGKILL)
+                host.kill()
 
     def kill_all(self) -> None:
         for host in list(self._hosts.values()):
             if not host.done.is_set():
                 host.cancelled = True
-                host.kill(signal.SIGKILL)
+                host.kill()
 
 
 def _read_result(path: str) -> Any:

@@ -1,0 +1,339 @@
+"""Process management of the local backend: no host outlives its job, its supervisor or its own end.
+
+A host is two processes (see :mod:`fray_local._host`): a small *guardian* that runs no user code, and
+the *worker* it forks, which runs the entrypoint. On Linux:
+
+- the guardian is a child subreaper, so every descendant the user's code starts (``setsid``,
+  ``start_new_session=True``, double forks) stays in its subtree, and it kills the whole subtree when
+  the worker ends, when it is stopped and when its supervisor dies;
+- the guardian learns of its supervisor's death from a parent-death signal. That signal fires when the
+  *thread* that forked the guardian exits, so every host is forked by one spawner thread that lives as
+  long as the supervisor process (:func:`spawn`). The guardian sets the signal itself, first thing,
+  and then checks that its parent is still the supervisor it was started by (pid AND start time from
+  ``/proc/<pid>/stat``): a supervisor that died between fork and that check is caught by the check,
+  one that dies later by the signal. It re-checks the supervisor's identity every second as well.
+
+Elsewhere the guardian falls back to polling the supervisor's pid and killing the worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, IO
+
+__all__ = [
+    "HARD_STOP",
+    "LINUX",
+    "HostProcess",
+    "LogSink",
+    "StartError",
+    "descendants",
+    "process_start_ticks",
+    "spawn",
+    "supervisor_env",
+]
+
+LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+
+# Sent to a guardian: kill the whole host now (preemption, the end of the job, the supervisor died).
+HARD_STOP: int = (signal.SIGRTMIN + 3) if LINUX and hasattr(signal, "SIGRTMIN") else signal.SIGUSR1
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+# How long output of a host that ended may still be drained before the host counts as ended.
+DRAIN_GRACE = 2.0
+# How long a guardian may take to tear its host down before it is killed with its process group.
+TEARDOWN_GRACE = 5.0
+
+_TAIL_LINES = 20
+
+
+# --------------------------------------------------------------------------------- /proc helpers
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot, or None if it does not exist or is a zombie.
+
+    A pid and its start time name one process: a reused pid has a later start time.
+    """
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (Linux; from one scan of ``/proc``)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        children[int(fields[1])].append(int(name))
+    out: list[int] = []
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def prctl(option: int, arg: int) -> bool:
+    """``prctl(option, arg)``; False where it is not available or fails."""
+    if not LINUX:
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def supervisor_env() -> dict[str, str]:
+    """What a guardian needs to recognise the process that started it."""
+    ticks = process_start_ticks(os.getpid())
+    return {"FRAY_SUPERVISOR_PID": str(os.getpid()), "FRAY_SUPERVISOR_START": "" if ticks is None else str(ticks)}
+
+
+# --------------------------------------------------------------------------------------- spawning
+
+
+class _Spawner:
+    """One thread per process that forks every host (see the module docstring for why)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._q: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, daemon=True, name="fray-spawner").start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, reply = self._q.get()
+            try:
+                reply.put((True, fn()))
+            except BaseException as e:
+                reply.put((False, e))
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        reply: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._q.put((fn, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def spawn(argv: list[str], **popen_kw: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen_kw)`` from the process's long-lived spawner thread."""
+    global _spawner
+    if not LINUX:
+        return subprocess.Popen(argv, **popen_kw)
+    with _spawner_lock:
+        if _spawner is None or _spawner.pid != os.getpid():  # none yet, or we are a fork's child
+            _spawner = _Spawner()
+        spawner = _spawner
+    return spawner.call(lambda: subprocess.Popen(argv, **popen_kw))
+
+
+class StartError(Exception):
+    """A host process cannot be started for a reason that will recur on every try (bad cwd, bad env)."""
+
+
+def is_deterministic_start_error(e: BaseException) -> bool:
+    """True for start errors that retrying cannot fix; False for transient ones (EAGAIN, ENOMEM, EMFILE)."""
+    if isinstance(e, (ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError)):
+        return True
+    return isinstance(e, OSError) and e.errno in (errno.E2BIG, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOEXEC)
+
+
+# ------------------------------------------------------------------------------------------ logs
+
+
+class LogSink:
+    """Appends tagged lines of every host of a job to one log file.
+
+    A write that fails (a full disk, a file-size limit) does not stop anyone reading the hosts' output:
+    the first error is kept in ``error`` and reported once to ``on_error`` callbacks, later lines are dropped.
+    """
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.path = path
+        self.error: str | None = None
+        self._on_error: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._f: IO[str] = open(path, "a", encoding="utf-8", buffering=1)
+
+    def on_error(self, callback: Callable[[str], None]) -> None:
+        self._on_error.append(callback)
+
+    def write(self, tag: str, line: str) -> None:
+        with self._lock:
+            if self._f.closed or self.error is not None:
+                return
+            try:
+                self._f.write(f"[{tag}] {line.rstrip(chr(10))}\n")
+                return
+            except (OSError, ValueError) as e:
+                self.error = f"cannot write job log: {type(e).__name__}: {e} (log file {self.path})"
+        for cb in list(self._on_error):
+            cb(self.error)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._f.close()
+            except OSError as e:  # the last buffered line could not be written
+                if self.error is None:
+                    self.error = f"cannot write job log: {type(e).__name__}: {e} (log file {self.path})"
+
+
+# ---------------------------------------------------------------------------------------- a host
+
+
+class HostProcess:
+    """One host (a guardian process, see :mod:`fray_local._host`), its output pump and how it ended.
+
+    ``done`` is set when the guardian has exited and its output is drained (or ``DRAIN_GRACE`` passed).
+    A host that could not start at all has ``start_error`` set and is done at once.
+    """
+
+    def __init__(self, tag: str, log: LogSink, on_done: Callable[[], None], result_path: str = "") -> None:
+        self.tag = tag
+        self.result_path = result_path
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+        self.start_error: str | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.preempted = False
+        self.cancelled = False
+        self.log_error: str | None = None
+        self.done = threading.Event()
+        self.reported = False
+        self._drained = threading.Event()
+        self._on_done = on_done
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
+        """Start the host; a deterministic start error is kept in ``start_error`` (the host is done),
+        a transient one is raised."""
+        env = dict(env)
+        env.update(supervisor_env())
+        try:
+            self.proc = spawn(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # no terminal signal reaches it; its group is the last-resort kill
+            )
+        except Exception as e:
+            if not is_deterministic_start_error(e):
+                raise
+            where = f" in cwd {cwd!r}" if getattr(e, "filename", None) == cwd else ""
+            error = f"HostStartError: cannot start the host process{where}: {type(e).__name__}: {e}"
+            self.log.write(self.tag, f"[fray] {error}")
+            self.not_started(error)
+            return
+        threading.Thread(target=self._pump, daemon=True, name=f"fray-pump-{self.tag}").start()
+        threading.Thread(target=self._wait, daemon=True, name=f"fray-wait-{self.tag}").start()
+
+    def not_started(self, error: str) -> None:
+        """This host will not run: it is done at once, with ``error``."""
+        self.start_error = error
+        self._drained.set()
+        self._finish()
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        out: IO[bytes] = self.proc.stdout
+        try:
+            for raw in out:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.tail.append(line)
+                self.log.write(self.tag, line)  # a failing log drops the line; we keep draining the pipe
+        finally:
+            out.close()
+            self._drained.set()
+
+    def _wait(self) -> None:
+        assert self.proc is not None
+        self.proc.wait()
+        # The guardian killed every descendant, so the pipe reaches EOF at once; the grace bounds the
+        # case where something outside the host's tree still holds it (no subreaper on this OS).
+        if not self._drained.wait(DRAIN_GRACE):
+            self.log.write(
+                self.tag,
+                f"[fray] the host ended; output still held by another process after {DRAIN_GRACE:.0f} s is not logged",
+            )
+        self._finish()
+
+    def _finish(self) -> None:
+        self.done.set()
+        self._on_done()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the guardian (SIGTERM: stop gracefully; HARD_STOP: kill the host now)."""
+        if self.proc is None or self.done.is_set():
+            return
+        try:
+            os.kill(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> None:
+        """Kill the host and every descendant; if the guardian does not exit in time, kill its group."""
+        if self.proc is None or self.done.is_set():
+            return
+        self.signal(HARD_STOP)
+        if not LINUX:
+            self._kill_group()
+            return
+        threading.Thread(target=self._backstop, daemon=True, name=f"fray-kill-{self.tag}").start()
+
+    def _backstop(self) -> None:
+        assert self.proc is not None
+        try:
+            self.proc.wait(TEARDOWN_GRACE)
+        except subprocess.TimeoutExpired:
+            self._kill_group()
+
+    def _kill_group(self) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
