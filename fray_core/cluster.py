@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO, overload
 
-from fray_core.errors import JobFailedError, UnknownBackendError, WaitTimeoutError
+from fray_core.errors import FrayError, JobFailedError, UnknownBackendError, WaitTimeoutError
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ __all__ = [
     "Cluster",
     "cluster_from_spec",
     "current_cluster",
+    "fray_job_ctx",
     "parse_spec",
     "register_backend",
     "set_current_cluster",
@@ -52,6 +53,11 @@ class Cluster(abc.ABC):
 
     #: the spec string that recreates this cluster (``local``, ``ray?address=...``)
     spec: str = ""
+    #: a launched job keeps running when this client process exits (Ray: a detached supervisor actor), so
+    #: the default :meth:`launch_detached` just launches
+    jobs_outlive_client: bool = False
+    #: the job's processes run on this machine (the CLI checks that a script or command exists here)
+    runs_on_this_machine: bool = False
 
     @abc.abstractmethod
     def launch(self, request: JobRequest) -> JobId:
@@ -72,6 +78,21 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
         """The job's output lines, each prefixed with its host tag (``[s0/h1]``, ``[r0]``)."""
+
+    def launch_detached(self, request: JobRequest) -> JobId:
+        """Launch a job that keeps running after this process exits (what ``fray launch`` does).
+
+        Backends whose jobs already outlive the client (``jobs_outlive_client``) just launch; others
+        override this (the local backend hands the job to a detached supervisor process) or refuse.
+
+        >>> job_id = cluster.launch_detached(request)  # doctest: +SKIP
+        """
+        if self.jobs_outlive_client:
+            return self.launch(request)
+        raise FrayError(
+            f"{type(self).__name__} cannot keep a job running after the launching process exits (it has no "
+            "detached launch); launch it with the Python API (cluster.launch + cluster.wait) in a process that stays"
+        )
 
     def job_context(self) -> JobContext:
         """The context for small tasks (``fray_job_ctx()``) on this backend."""
@@ -329,6 +350,16 @@ def current_cluster() -> Cluster:
             cached = cluster_from_spec(spec)
             _CACHE[spec] = cached
         return cached
+
+
+def fray_job_ctx() -> JobContext:
+    """The job context of the current cluster (threads locally, tasks and actors on Ray).
+
+    >>> ctx = fray_job_ctx()
+    >>> ctx.get(ctx.run(pow, 3, 2))
+    9
+    """
+    return current_cluster().job_context()
 
 
 def set_current_cluster(cluster: Cluster | None) -> None:
