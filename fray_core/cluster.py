@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Cluster",
+    "MonitorView",
     "cluster_from_spec",
     "current_cluster",
     "fray_job_ctx",
@@ -159,13 +160,20 @@ class Cluster(abc.ABC):
         return result[0] if single else result
 
     def monitor(
-        self, job_id: JobId | str, out: TextIO | None = None, timeout: float | None = None
+        self,
+        job_id: JobId | str,
+        out: TextIO | None = None,
+        timeout: float | None = None,
+        view: MonitorView | None = None,
     ) -> JobInfo:
         """Stream the job's logs and progress (attempt, slices, preemptions/failures) until it ends.
 
+        ``view`` decides how it is shown (default: :class:`MonitorView`, plain lines on ``out``); it is
+        called with every log line, every attempt that ended, and the job's state a few times a second.
+
         >>> info = cluster.monitor(job_id)  # doctest: +SKIP
         """
-        out = out or sys.stdout
+        view = view if view is not None else MonitorView(out or sys.stdout)
         lines: queue.Queue[str | None] = queue.Queue()
 
         def pump() -> None:
@@ -177,39 +185,63 @@ class Cluster(abc.ABC):
 
         threading.Thread(target=pump, daemon=True, name=f"fray-monitor-{job_id}").start()
         deadline = None if timeout is None else time.monotonic() + timeout
-        last = ""
-        changed_at = printed_at = time.monotonic()
-        reported: set[int] = set()  # attempts whose end was printed
+        reported: set[int] = set()  # attempts whose end was shown
         pump_done = False
         while True:
             try:  # output first, so a job's last lines come before its final status
                 item = lines.get(timeout=0.2)
                 while item is not None:
-                    print(item, file=out, flush=True)
+                    view.log(item)
                     item = lines.get_nowait()
                 pump_done = True
             except queue.Empty:
                 pass
             info = self.poll(job_id)
             # once the job ended, its final lines come out first: the log pump stops after draining the log
-            draining = info.status.is_terminal() and not pump_done
-            for att in [] if draining else info.attempts:
-                if att.outcome is not None and att.index not in reported:
-                    reported.add(att.index)
-                    print(f"[fray] {describe_attempt(att)}", file=out, flush=True)
-            status_line = last if draining else describe_progress(info)
-            now = time.monotonic()
-            if status_line != last:
-                print(f"[fray] {status_line}", file=out, flush=True)
-                last, changed_at, printed_at = status_line, now, now
-            elif info.status is JobStatus.PENDING and now - printed_at >= MONITOR_HEARTBEAT:
-                # a long wait (e.g. for capacity): say again what the job waits for, and for how long
-                print(f"[fray] {status_line} (still waiting after {now - changed_at:.0f}s)", file=out, flush=True)
-                printed_at = now
-            if info.status.is_terminal() and not draining:
-                return info
+            if pump_done or not info.status.is_terminal():
+                for att in info.attempts:
+                    if att.outcome is not None and att.index not in reported:
+                        reported.add(att.index)
+                        view.attempt_ended(att)
+                view.progress(info)
+                if info.status.is_terminal():
+                    return info
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+
+
+class MonitorView:
+    """How :meth:`Cluster.monitor` shows a job: plain lines on ``out`` (log lines as they come, a line per
+    attempt that ended, the progress line whenever it changes and every 30 s while the job waits).
+    Subclass it to show the job another way (the ``fray`` CLI draws a live status line on a terminal).
+
+    >>> info = cluster.monitor(job_id, view=MonitorView(sys.stderr))  # doctest: +SKIP
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._last = ""
+        self._changed_at = self._printed_at = time.monotonic()
+
+    def log(self, line: str) -> None:
+        """A line of the job's output."""
+        print(line, file=self.out, flush=True)
+
+    def attempt_ended(self, attempt: Attempt) -> None:
+        """An attempt ended (called once per attempt)."""
+        print(f"[fray] {describe_attempt(attempt)}", file=self.out, flush=True)
+
+    def progress(self, info: JobInfo) -> None:
+        """The job's state, a few times a second until it ends (the last call has the final state)."""
+        line = describe_progress(info)
+        now = time.monotonic()
+        if line != self._last:
+            print(f"[fray] {line}", file=self.out, flush=True)
+            self._last, self._changed_at, self._printed_at = line, now, now
+        elif info.status is JobStatus.PENDING and now - self._printed_at >= MONITOR_HEARTBEAT:
+            # a long wait (e.g. for capacity): say again what the job waits for, and for how long
+            print(f"[fray] {line} (still waiting after {now - self._changed_at:.0f}s)", file=self.out, flush=True)
+            self._printed_at = now
 
 
 #: seconds between repeated progress lines while a job waits (e.g. for capacity) without any change

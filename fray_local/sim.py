@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from fray_core.cli.common import UsageError, add_cluster_option, positive_int, tpu_type
-from fray_core.cli.launch import follow
+from fray_core.cli.live import follow
 from fray_local.fleet import FailHost, FaultPlan, PreemptSlice
 
 __all__ = ["add_parser", "cmd_sim", "sim_fault_plan", "sim_train"]

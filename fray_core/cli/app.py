@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fray_core.cli import jobs, launch
-from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, add_cluster_option
+from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, add_cluster_option
 
 __all__ = ["EPILOG", "build_parser", "main", "register_command", "run"]
 
@@ -45,10 +45,17 @@ def register_command(name: str, target: str) -> None:
     _COMMANDS[name] = target
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``fray list: error: argument --limit: ...``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``fray`` (also used to render ``fray --help``)."""
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fray",
         description="Launch and watch ML jobs (CPU, GPU, multi-host TPU slices) on the local backend, a "
         "simulated TPU fleet, or Ray.",
@@ -99,14 +106,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `fray status ID | head -1`: the reader has all it wanted
+        _drop_stdout()
+        return EXIT_OK
     except (UsageError, FrayError, ValueError, TypeError, KeyError) as e:
         if os.environ.get("FRAY_DEBUG"):
             raise
         return _fail(args.command, e)
 
 
+def _drop_stdout() -> None:
+    """Send what is left of our output to /dev/null, so that exiting does not fail on a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (an in-process caller's buffer): nothing to drop
+        pass
+    finally:
+        os.close(devnull)
+
+
 def run() -> NoReturn:
     """``python -m fray_core.cli``: :func:`main`, then exit with its code."""
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
     sys.exit(code)

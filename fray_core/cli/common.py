@@ -4,11 +4,12 @@ command. Backend-neutral: a cluster comes from its spec through the backend regi
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import JobStatus
+    from fray_core.types import JobInfo, JobStatus
 
 __all__ = [
     "EXIT_FAILED",
@@ -21,6 +22,7 @@ __all__ = [
     "backend_name",
     "cluster_of",
     "exit_code",
+    "load_results",
     "positive_int",
     "tpu_type",
 ]
@@ -50,6 +52,27 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
     from fray_core.cluster import cluster_from_spec, current_cluster
 
     return cluster_from_spec(args.cluster) if args.cluster else current_cluster()
+
+
+def load_results(cluster: Cluster, info: JobInfo) -> list[Any] | None:
+    """A SUCCEEDED job's results, loaded (unpickled) only when a command is asked to show them."""
+    if info.status.value != "SUCCEEDED":
+        return None
+    loader = getattr(cluster, "result", None)  # backends that load results lazily
+    if callable(loader):
+        return loader(info.job_id)
+    # Backends that load results eagerly may write the result file just after the record says SUCCEEDED:
+    # give it a moment (bounded) rather than report no results.
+    deadline = time.monotonic() + RESULT_GRACE
+    while True:
+        results = cluster.poll(info.job_id).result
+        if results is not None or time.monotonic() >= deadline:
+            return results
+        time.sleep(0.05)
+
+
+#: seconds ``load_results`` waits for a SUCCEEDED job's results to appear
+RESULT_GRACE = 5.0
 
 
 def backend_name(cluster: Cluster) -> str:

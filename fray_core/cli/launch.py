@@ -9,26 +9,23 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from fray_core.cli.common import (
-    EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
     add_cluster_option,
     backend_name,
     cluster_of,
-    exit_code,
     positive_int,
     tpu_type,
 )
-from fray_core.cli.output import print_attempts, print_results
+from fray_core.cli.live import follow
 
 if TYPE_CHECKING:
-    from fray_core.cluster import Cluster
     from fray_core.types import JobRequest
 
-__all__ = ["add_parser", "build_request", "cmd_launch", "follow", "parse_call_args"]
+__all__ = ["add_parser", "build_request", "cmd_launch", "parse_call_args"]
 
 _CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -149,27 +146,6 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
         environment=create_environment(env_vars=env) if env else None,
         **req_kw,
     )
-
-
-def follow(cluster: Cluster, job_id: str, out: TextIO, stop_on_interrupt: bool, always_table: bool = False) -> int:
-    """Stream logs and progress until the job ends; the exit code of its final status."""
-    try:
-        info = cluster.monitor(job_id, out=out)
-    except KeyboardInterrupt:
-        if stop_on_interrupt:
-            print(f"\nfray: interrupted; stopping {job_id}", file=sys.stderr)
-            cluster.terminate(job_id)
-        else:
-            print(
-                f"\nfray: stopped following {job_id}; it keeps running (fray logs -f {job_id}, fray stop {job_id})",
-                file=sys.stderr,
-            )
-        return EXIT_INTERRUPTED
-    if always_table or len(info.attempts) > 1 or info.status.value != "SUCCEEDED":
-        print(file=out)
-        print_attempts(info, out)
-    print_results(info, out)
-    return exit_code(info.status)
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
