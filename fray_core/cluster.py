@@ -286,6 +286,10 @@ _BACKENDS: dict[str, str | BackendFactory] = {
 }
 
 
+#: what to install when a built-in backend's module cannot be imported
+_INSTALL_HINTS: dict[str, str] = {"ray": "the Ray backend needs ray: install the package's `ray` extra (ray[default]>=2.60,<2.61)"}
+
+
 def register_backend(name: str, factory: str | BackendFactory) -> None:
     """Register a backend: ``factory(params) -> Cluster`` or a ``"module:function"`` string loaded lazily."""
     _BACKENDS[name] = factory
@@ -320,7 +324,14 @@ def _resolve_factory(scheme: str, spec: str) -> BackendFactory:
         raise UnknownBackendError(f"cluster spec {spec!r}: unknown backend {scheme!r}; known backends: {', '.join(known)}")
     if isinstance(factory, str):
         mod, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(mod), attr)
+        try:
+            factory = getattr(importlib.import_module(mod), attr)
+        except ImportError as e:
+            hint = _INSTALL_HINTS.get(scheme, "")
+            raise UnknownBackendError(
+                f"cluster spec {spec!r}: the {scheme!r} backend cannot be loaded ({type(e).__name__}: {e})"
+                + (f"; {hint}" if hint else "")
+            ) from e
         _BACKENDS[scheme] = factory
     return factory  # type: ignore[return-value]
 

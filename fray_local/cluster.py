@@ -164,6 +164,13 @@ class LocalCluster(Cluster):
         """
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch_detached: expected a JobRequest, got {request!r}")
+        protocols = self.store.fs.protocol if isinstance(self.store.fs.protocol, tuple) else (self.store.fs.protocol,)
+        if "memory" in protocols:
+            raise ValueError(
+                f"jobs dir {self.store.root!r} lives in one process's memory: a job launched to outlive this "
+                "process would keep its record where no other process (`fray status`, `fray logs`) can see it; "
+                "use a directory or a shared URL (FRAY_JOBS_DIR=/path or gs://bucket/fray)"
+            )
         try:
             payload = cloudpickle.dumps(request)
         except Exception as e:

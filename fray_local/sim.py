@@ -12,7 +12,17 @@ import sys
 import time
 from typing import Any
 
-from fray_core.cli.common import UsageError, add_cluster_option, positive_int, tpu_type
+from fray_core.cli.common import (
+    UsageError,
+    add_cluster_option,
+    at_least_one,
+    check_default_jobs_dir,
+    describe_os_error,
+    non_negative_float,
+    positive_int,
+    probability,
+    tpu_type,
+)
 from fray_core.cli.live import follow
 from fray_local.fleet import FailHost, FaultPlan, PreemptSlice
 
@@ -60,15 +70,21 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from fray_local.cluster import LocalCluster
     from fray_local.fleet import TpuFleet
 
-    scheme, params = parse_spec(args.cluster or os.environ.get("FRAY_CLUSTER_SPEC") or "local")
+    spec = args.cluster or os.environ.get("FRAY_CLUSTER_SPEC") or "local"
+    scheme, params = parse_spec(spec)
     if scheme != "local" or "tpu" in params:
         raise UsageError("fray sim makes its own simulated fleet (--tpu/--slices); --cluster may only be "
                          "'local' or 'local?jobs_dir=DIR'")
     plan, desc = sim_fault_plan(
         args.slices, args.preemptions, args.failures, args.seed, args.chaos, args.steps, args.step_time
     )
+    check_default_jobs_dir(spec)
     fleet = TpuFleet({args.tpu: args.slices}, fault_plan=plan)
-    cluster = LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
+    try:
+        cluster = LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
+    except OSError as e:
+        fleet.close()
+        raise UsageError(f"cannot use the jobs dir: {describe_os_error(e)} (check FRAY_JOBS_DIR or --cluster 'local?jobs_dir=DIR')") from None
     budget = args.max_retries_preemption
     if budget is None:
         budget = 20 if args.chaos is not None else args.preemptions
@@ -103,13 +119,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         epilog=epilog,
     )
     p.add_argument("--tpu", metavar="TYPE", type=tpu_type, default="v4-16", help="TPU pod type (default v4-16)")
-    p.add_argument("--slices", metavar="N", type=int, default=2, help="slices of the job and of the fleet (default 2)")
+    p.add_argument("--slices", metavar="N", type=at_least_one, default=2, help="slices of the job and of the fleet (default 2)")
     p.add_argument("--preemptions", metavar="N", type=positive_int, default=1, help="attempts to preempt (default 1)")
     p.add_argument("--failures", metavar="N", type=positive_int, default=0, help="attempts to fail after those (default 0)")
-    p.add_argument("--chaos", metavar="RATE", type=float, help="random preemptions instead: probability per slice per attempt")
+    p.add_argument("--chaos", metavar="RATE", type=probability, help="random preemptions instead: probability per slice per attempt")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault plan (default 0)")
-    p.add_argument("--steps", type=int, default=6, help="training steps per attempt (default 6)")
-    p.add_argument("--step-time", type=float, default=0.3, help="seconds per step (default 0.3)")
+    p.add_argument("--steps", metavar="N", type=at_least_one, default=6, help="training steps per attempt (default 6)")
+    p.add_argument("--step-time", metavar="SECONDS", type=non_negative_float, default=0.3, help="seconds per step (default 0.3)")
     p.add_argument("--max-retries-preemption", metavar="N", type=positive_int, help="default: --preemptions")
     add_cluster_option(p)
     p.set_defaults(func=cmd_sim)

@@ -542,3 +542,124 @@ def test_terminal_escapes_are_shown_escaped(fray: Fray) -> None:
     logs = fray("logs", job_id)
     assert "\\x1b[31mred\\x1b[0m" in logs.stdout and "\x1b" not in logs.stdout
     assert fray.status(job_id)["name"] == name  # JSON keeps the real name (JSON escapes it)
+
+
+# --------------------------------------------------------------------------- bad input, hostile input
+
+
+def _one_line_exit_2(r: subprocess.CompletedProcess[str], message: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["launch", "--replicas", "0", "jobs_mod:add", "1"], "argument --replicas: expected an int >= 1, got '0'"),
+        (["launch", "--name", "", "jobs_mod:add", "1"], "argument --name: expected a non-empty job name, got ''"),
+        (["launch", "--name", "  ", "jobs_mod:add", "1"], "argument --name: expected a non-empty job name"),
+        (["sim", "--steps", "-1"], "argument --steps: expected an int >= 1, got '-1'"),
+        (["sim", "--slices", "0"], "argument --slices: expected an int >= 1, got '0'"),
+        (["sim", "--step-time", "-0.5"], "argument --step-time: expected a number >= 0"),
+        (["sim", "--chaos", "1.5"], "argument --chaos: expected a probability between 0 and 1"),
+        (["lst"], "invalid choice: 'lst'"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(fray: Fray, args: list[str], message: str) -> None:
+    _one_line_exit_2(fray(*args), message)
+    assert not fray.jobs_dir.exists() or not any(fray.jobs_dir.iterdir())  # nothing was launched
+
+
+def _unwritable_dir(tmp: Path) -> str:
+    if os.geteuid() == 0:  # root writes anywhere chmod allows nothing: sysfs refuses even root
+        return "/sys/fray-jobs"
+    d = tmp / "readonly"
+    d.mkdir()
+    d.chmod(0o500)
+    return str(d / "jobs")
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "unwritable"])
+@pytest.mark.parametrize("command", [["list"], ["status", "x"], ["launch", "jobs_mod:add", "1"], ["sim", "--steps", "1"]])
+def test_unusable_jobs_dir_one_line_exit_2(fray: Fray, kind: str, command: list[str]) -> None:
+    plain_file = fray.workdir / "not-a-dir"
+    plain_file.write_text("")
+    fray.env["FRAY_JOBS_DIR"] = {
+        "file": str(plain_file),
+        "under-a-file": str(plain_file / "jobs"),
+        "unwritable": _unwritable_dir(fray.workdir),
+    }[kind]
+    r = fray(*command)
+    _one_line_exit_2(r, fray.env["FRAY_JOBS_DIR"].rsplit("/jobs", 1)[0] if kind == "under-a-file" else fray.env["FRAY_JOBS_DIR"])
+
+
+def test_missing_home_one_line_exit_2(fray: Fray) -> None:
+    home = fray.workdir / "nonexistent"
+    for var in ("FRAY_JOBS_DIR", "XDG_CACHE_HOME"):
+        fray.env.pop(var, None)
+    fray.env["HOME"] = str(home)
+    for command in (["list"], ["launch", "jobs_mod:add", "1"], ["sim"]):
+        _one_line_exit_2(fray(*command), "set FRAY_JOBS_DIR")
+    assert not home.exists()  # no home directory made up
+
+
+def test_ray_backend_without_ray_one_line_exit_2(fray: Fray) -> None:
+    fake = fray.workdir / "no_ray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    fray.env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), fray.env.get("PYTHONPATH", "")])
+    r = fray("--cluster", "ray", "list")
+    _one_line_exit_2(r, "the 'ray' backend cannot be loaded (ModuleNotFoundError: No module named 'ray'); the Ray backend needs ray")
+
+
+def test_memory_jobs_dir_refused_for_detached_launch(fray: Fray) -> None:
+    fray.env["FRAY_JOBS_DIR"] = "memory://fray-jobs"
+    for args in (["launch", "jobs_mod:add", "1"], ["launch", "--wait", "jobs_mod:add", "1"]):
+        r = fray(*args)
+        _one_line_exit_2(r, "jobs dir 'memory://fray-jobs' lives in one process's memory")
+        assert r.stdout == ""  # no id that `fray status` would then call unknown
+
+
+@pytest.mark.parametrize("command", [["list"], ["list", "--json"], ["status", "{id}"], ["status", "{id}", "--json"], ["logs", "{id}"]])
+def test_closed_pipe_is_quiet(two_jobs: tuple[Fray, str, str], command: list[str]) -> None:
+    """``fray status ID | head -1``: the reader went away; no traceback, no error."""
+    fray, alpha, _ = two_jobs
+    proc = subprocess.Popen(
+        [*FRAY, *[c.format(id=alpha) for c in command]], cwd=fray.workdir, env=fray.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before fray writes anything: every write fails with EPIPE
+    err = proc.stderr.read()
+    assert proc.wait(60) == 0, err
+    assert err == ""
+
+
+PLANTED = """
+import pathlib, pickle, sys
+
+class Planted:
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(sys.argv[2]),))
+
+with open(sys.argv[1], "wb") as f:
+    pickle.dump([Planted()], f)
+"""
+
+
+@pytest.mark.xfail(
+    not hasattr(LocalCluster, "result"),
+    reason="LocalCluster.poll still unpickles results eagerly; lazy results (cluster.result) come with the job-store work",
+    strict=False,
+)
+def test_list_and_status_never_unpickle_results(fray: Fray) -> None:
+    r = fray("launch", "--wait", "jobs_mod:add", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = launched_id(r.stdout)
+    marker = fray.workdir / "planted-code-ran"
+    subprocess.run([sys.executable, "-c", PLANTED, str(fray.jobs_dir / job_id / "result.pkl"), str(marker)], check=True)
+    for command in (["list"], ["list", "--json"], ["status", job_id], ["status", job_id, "--json"]):
+        assert fray(*command).returncode == 0
+        assert not marker.exists(), f"fray {' '.join(command)} unpickled the job's result"
+    fray("status", job_id, "--result")  # asked for: loads it (whatever the store then says about its owner)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fray_core.cli import jobs, launch
-from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, add_cluster_option
+from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, add_cluster_option, describe_os_error
 
 __all__ = ["EPILOG", "build_parser", "main", "register_command", "run"]
 
@@ -113,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("FRAY_DEBUG"):
             raise
         return _fail(args.command, e)
+    except OSError as e:  # the machine said no (a full disk, a permission): one line, not a traceback
+        if os.environ.get("FRAY_DEBUG"):
+            raise
+        return _fail(args.command, UsageError(describe_os_error(e)))
 
 
 def _drop_stdout() -> None:

@@ -4,7 +4,9 @@ command. Backend-neutral: a cluster comes from its spec through the backend regi
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -12,6 +14,12 @@ if TYPE_CHECKING:
     from fray_core.types import JobInfo, JobStatus
 
 __all__ = [
+    "describe_os_error",
+    "check_default_jobs_dir",
+    "job_name",
+    "probability",
+    "non_negative_float",
+    "at_least_one",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -48,10 +56,41 @@ def exit_code(status: JobStatus) -> int:
 
 
 def cluster_of(args: argparse.Namespace) -> Cluster:
-    """``--cluster SPEC``, else ``current_cluster()`` (``$FRAY_CLUSTER_SPEC``, else local)."""
+    """``--cluster SPEC``, else ``current_cluster()`` (``$FRAY_CLUSTER_SPEC``, else local).
+
+    A jobs dir that cannot be used (not a directory, not writable, under a missing ``$HOME``) is a
+    :class:`UsageError` naming it, not a traceback.
+    """
     from fray_core.cluster import cluster_from_spec, current_cluster
 
-    return cluster_from_spec(args.cluster) if args.cluster else current_cluster()
+    spec = args.cluster or os.environ.get("FRAY_CLUSTER_SPEC", "").strip() or "local"
+    check_default_jobs_dir(spec)
+    try:
+        return cluster_from_spec(args.cluster) if args.cluster else current_cluster()
+    except OSError as e:
+        raise UsageError(f"cannot use cluster {spec!r}: {describe_os_error(e)} (check FRAY_JOBS_DIR or the spec's jobs_dir)") from None
+
+
+def check_default_jobs_dir(spec: str) -> None:
+    """Refuse to make the default jobs dir (``~/.cache/fray/jobs``) under a home that does not exist."""
+    from fray_core.cluster import parse_spec
+
+    if parse_spec(spec)[1].get("jobs_dir") or os.environ.get("FRAY_JOBS_DIR") or os.environ.get("XDG_CACHE_HOME"):
+        return
+    home = os.path.expanduser("~")
+    if not os.path.isdir(home):
+        raise UsageError(
+            f"the default jobs dir is under $HOME ({home}), which is not a directory; set FRAY_JOBS_DIR to a "
+            "directory for job records (or pass --cluster 'local?jobs_dir=DIR')"
+        )
+
+
+def describe_os_error(e: OSError) -> str:
+    """``Not a directory: '/x/jobs'`` (the reason and the path, without ``[Errno N]``)."""
+    reason = e.strerror or str(e)
+    if isinstance(e, FileExistsError) and e.filename and not os.path.isdir(e.filename):
+        reason = "Not a directory"  # makedirs over a file
+    return f"{reason}: {e.filename!r}" if e.filename else reason
 
 
 def load_results(cluster: Cluster, info: JobInfo) -> list[Any] | None:
@@ -106,12 +145,39 @@ def tpu_type(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _number(text: str, kind: type, ok: Callable[[Any], bool], expected: str) -> Any:
+    """``kind(text)`` when it parses and ``ok`` accepts it, else an argparse error naming what is expected."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """An int >= 1 (replicas, slices, steps, limits)."""
+    return _number(text, int, lambda n: n >= 1, "an int >= 1")
+
+
 def positive_int(text: str) -> int:
     """An int >= 0 (retry budgets, fault counts)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
-    return n
+    return _number(text, int, lambda n: n >= 0, "an int >= 0")
+
+
+def non_negative_float(text: str) -> float:
+    """A finite float >= 0 (seconds)."""
+    return _number(text, float, lambda x: 0 <= x < float("inf"), "a number >= 0")
+
+
+def probability(text: str) -> float:
+    """A float in [0, 1]."""
+    return _number(text, float, lambda x: 0 <= x <= 1, "a probability between 0 and 1")
+
+
+def job_name(text: str) -> str:
+    """``--name``: a non-empty job name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a non-empty job name, got {text!r}")
+    return text

@@ -18,6 +18,7 @@ from fray_core.cli.common import (
     add_cluster_option,
     backend_name,
     cluster_of,
+    at_least_one,
     exit_code,
     load_results,
 )
@@ -66,16 +67,6 @@ def _since(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a duration ago (30s, 10m, 2h, 1d, 1w) or a date/time (2025-01-31, 2025-01-31T12:00), got {text!r}"
         ) from None
-
-
-def _limit(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
-    return n
 
 
 def select(infos: list[JobInfo], args: argparse.Namespace) -> list[JobInfo]:
@@ -216,7 +207,7 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
     )
     p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches, e.g. 'train*'")
     p.add_argument("--since", metavar="WHEN", type=_since, help="only jobs submitted since: 30m, 2h, 1d ago, or 2025-01-31[T12:00]")
-    p.add_argument("--limit", metavar="N", type=_limit, help="only the N most recently submitted (after the filters)")
+    p.add_argument("--limit", metavar="N", type=at_least_one, help="only the N most recently submitted (after the filters)")
     add_cluster_option(p)
     p.set_defaults(func=cmd_list)
 

@@ -15,8 +15,10 @@ from fray_core.cli.common import (
     EXIT_OK,
     UsageError,
     add_cluster_option,
+    at_least_one,
     backend_name,
     cluster_of,
+    job_name,
     positive_int,
     tpu_type,
 )
@@ -132,7 +134,7 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
     else:
         if args.slices is not None:
             raise UsageError("--slices needs --tpu TYPE (for CPU processes use --replicas N)")
-        resources = ResourceConfig(replicas=args.replicas or 1, **res_kw)
+        resources = ResourceConfig(replicas=1 if args.replicas is None else args.replicas, **res_kw)
     env = dict(args.env or [])
     req_kw: dict[str, Any] = {}
     if args.max_retries_preemption is not None:
@@ -179,12 +181,12 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         nargs=argparse.REMAINDER,
         help="for module:function: VALUE or KEY=VALUE (JSON when it parses); otherwise the command's arguments",
     )
-    p.add_argument("--name", help="job name (default: the function, script or command name)")
+    p.add_argument("--name", type=job_name, help="job name (default: the function, script or command name)")
     p.add_argument("--tpu", metavar="TYPE", type=tpu_type, help="TPU pod type, e.g. v4-16, v5litepod-4, v6e-16")
     p.add_argument(
         "--slices", metavar="N|N,M", type=_slices_arg, help="TPU slices (default 1); N,M: acceptable counts, largest that fits wins"
     )
-    p.add_argument("--replicas", metavar="N", type=int, help="CPU/GPU processes started together (default 1)")
+    p.add_argument("--replicas", metavar="N", type=at_least_one, help="CPU/GPU processes started together (default 1)")
     p.add_argument("--cpu", type=float, help="CPUs per process (default 1)")
     p.add_argument("--ram", help="memory per process, e.g. 16g, 512m (default 4g)")
     p.add_argument("--env", metavar="K=V", type=_env_arg, action="append", help="env var for every process (repeatable)")
