@@ -18,8 +18,10 @@ The CLI knows no backend: it gets a cluster from its spec through the backend re
 (the local backend hands it to a detached supervisor process; on Ray the supervisor is a detached actor).
 Backends may add commands by name (``fray sim`` is ``fray_local.sim``).
 
-Modules: ``app`` (parser, ``main``), ``common`` (exit codes, errors, argument types), ``launch``
-(``fray launch``), ``jobs`` (``list``/``status``/``logs``/``stop``), ``output`` (tables, durations).
+Modules: ``app`` (parser, ``main``), ``common`` (exit codes, errors, argument types, the cluster of a
+command), ``launch`` (``fray launch``), ``jobs`` (``list``/``status``/``logs``/``stop``), ``live``
+(following a job: live status line on a terminal, plain lines when piped), ``output`` (tables, timeline,
+JSON fields, escaping). ``rich`` is imported only when something is drawn.
 """
 
 from __future__ import annotations
