@@ -167,7 +167,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     cluster = cluster_of(args)
     try:
         for line in cluster.logs(args.job_id, follow=args.follow):
-            print(safe(line), flush=args.follow)
+            print(safe(line, keep_newlines=True), flush=args.follow)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     if args.follow:

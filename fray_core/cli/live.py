@@ -74,7 +74,7 @@ class PlainView(MonitorView):
     """Plain lines (a pipe, a file): what :class:`MonitorView` prints, with control characters escaped."""
 
     def log(self, line: str) -> None:
-        super().log(safe(line))
+        super().log(safe(line, keep_newlines=True))
 
     def attempt_ended(self, attempt: Attempt) -> None:
         print(f"[fray] {safe(describe_attempt(attempt))}", file=self.out, flush=True)
@@ -109,7 +109,7 @@ class LiveView(MonitorView):
     def log(self, line: str) -> None:
         from rich.text import Text
 
-        self.console.print(Text(safe(line)))
+        self.console.print(Text(safe(line, keep_newlines=True)))
 
     def attempt_ended(self, attempt: Attempt) -> None:
         from rich.text import Text

@@ -93,7 +93,7 @@ def safe(text: str, keep_newlines: bool = False) -> str:
     >>> safe("evil\x1b[2Jname")
     'evil\\x1b[2Jname'
     """
-    pattern = _UNSAFE if keep_newlines else _UNSAFE_OR_NEWLINE
+    pattern = _UNSAFE if keep_newlines else _UNSAFE_OR_NEWLINE  # keep_newlines also keeps tabs (log lines)
     return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
