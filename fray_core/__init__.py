@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
     "cluster_from_spec": "fray_core.cluster",
     "create_environment": "fray_core.types",
     "current_cluster": "fray_core.cluster",
-    "fray_job_ctx": "fray_core.context",
+    "fray_job_ctx": "fray_core.cluster",
     "get_tpu_spec": "fray_core.tpu",
     "parse_size": "fray_core.types",
     "parse_spec": "fray_core.cluster",
@@ -59,12 +59,13 @@ if TYPE_CHECKING:
         Cluster,
         cluster_from_spec,
         current_cluster,
+        fray_job_ctx,
         parse_spec,
         register_backend,
         set_current_cluster,
         using_cluster,
     )
-    from fray_core.context import JobContext, fray_job_ctx
+    from fray_core.context import JobContext
     from fray_core.errors import (
         FrayError,
         JobFailedError,

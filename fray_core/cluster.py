@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
-from fray_core.errors import JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
+from fray_core.errors import FrayError, JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Cluster",
+    "MonitorView",
     "cluster_from_spec",
     "current_cluster",
+    "fray_job_ctx",
     "parse_spec",
     "register_backend",
     "set_current_cluster",
@@ -52,6 +54,11 @@ class Cluster(abc.ABC):
 
     #: the spec string that recreates this cluster (``local``, ``ray?address=...``)
     spec: str = ""
+    #: a launched job keeps running when this client process exits (Ray: a detached supervisor actor), so
+    #: the default :meth:`launch_detached` just launches
+    jobs_outlive_client: bool = False
+    #: the job's processes run on this machine (the CLI checks that a script or command exists here)
+    runs_on_this_machine: bool = False
 
     @abc.abstractmethod
     def launch(self, request: JobRequest) -> JobId:
@@ -94,6 +101,21 @@ class Cluster(abc.ABC):
         if result is None:  # a backend that attaches no results to a SUCCEEDED job
             raise ResultUnavailableError(f"job {info.job_id}: no results were recorded")
         return result
+
+    def launch_detached(self, request: JobRequest) -> JobId:
+        """Launch a job that keeps running after this process exits (what ``fray launch`` does).
+
+        Backends whose jobs already outlive the client (``jobs_outlive_client``) just launch; others
+        override this (the local backend hands the job to a detached supervisor process) or refuse.
+
+        >>> job_id = cluster.launch_detached(request)  # doctest: +SKIP
+        """
+        if self.jobs_outlive_client:
+            return self.launch(request)
+        raise FrayError(
+            f"{type(self).__name__} cannot keep a job running after the launching process exits (it has no "
+            "detached launch); launch it with the Python API (cluster.launch + cluster.wait) in a process that stays"
+        )
 
     def job_context(self) -> JobContext:
         """The context for small tasks (``fray_job_ctx()``) on this backend."""
@@ -160,13 +182,20 @@ class Cluster(abc.ABC):
         return result[0] if single else result
 
     def monitor(
-        self, job_id: JobId | str, out: TextIO | None = None, timeout: float | None = None
+        self,
+        job_id: JobId | str,
+        out: TextIO | None = None,
+        timeout: float | None = None,
+        view: MonitorView | None = None,
     ) -> JobInfo:
         """Stream the job's logs and progress (attempt, slices, preemptions/failures) until it ends.
 
+        ``view`` decides how it is shown (default: :class:`MonitorView`, plain lines on ``out``); it is
+        called with every log line, every attempt that ended, and the job's state a few times a second.
+
         >>> info = cluster.monitor(job_id)  # doctest: +SKIP
         """
-        out = out or sys.stdout
+        view = view if view is not None else MonitorView(out or sys.stdout)
         lines: queue.Queue[str | None] = queue.Queue()
 
         def pump() -> None:
@@ -178,39 +207,63 @@ class Cluster(abc.ABC):
 
         threading.Thread(target=pump, daemon=True, name=f"fray-monitor-{job_id}").start()
         deadline = None if timeout is None else time.monotonic() + timeout
-        last = ""
-        changed_at = printed_at = time.monotonic()
-        reported: set[int] = set()  # attempts whose end was printed
+        reported: set[int] = set()  # attempts whose end was shown
         pump_done = False
         while True:
             try:  # output first, so a job's last lines come before its final status
                 item = lines.get(timeout=0.2)
                 while item is not None:
-                    print(item, file=out, flush=True)
+                    view.log(item)
                     item = lines.get_nowait()
                 pump_done = True
             except queue.Empty:
                 pass
             info = self.poll(job_id)
             # once the job ended, its final lines come out first: the log pump stops after draining the log
-            draining = info.status.is_terminal() and not pump_done
-            for att in [] if draining else info.attempts:
-                if att.outcome is not None and att.index not in reported:
-                    reported.add(att.index)
-                    print(f"[fray] {describe_attempt(att)}", file=out, flush=True)
-            status_line = last if draining else describe_progress(info)
-            now = time.monotonic()
-            if status_line != last:
-                print(f"[fray] {status_line}", file=out, flush=True)
-                last, changed_at, printed_at = status_line, now, now
-            elif info.status is JobStatus.PENDING and now - printed_at >= MONITOR_HEARTBEAT:
-                # a long wait (e.g. for capacity): say again what the job waits for, and for how long
-                print(f"[fray] {status_line} (still waiting after {now - changed_at:.0f}s)", file=out, flush=True)
-                printed_at = now
-            if info.status.is_terminal() and not draining:
-                return info
+            if pump_done or not info.status.is_terminal():
+                for att in info.attempts:
+                    if att.outcome is not None and att.index not in reported:
+                        reported.add(att.index)
+                        view.attempt_ended(att)
+                view.progress(info)
+                if info.status.is_terminal():
+                    return info
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+
+
+class MonitorView:
+    """How :meth:`Cluster.monitor` shows a job: plain lines on ``out`` (log lines as they come, a line per
+    attempt that ended, the progress line whenever it changes and every 30 s while the job waits).
+    Subclass it to show the job another way (the ``fray`` CLI draws a live status line on a terminal).
+
+    >>> info = cluster.monitor(job_id, view=MonitorView(sys.stderr))  # doctest: +SKIP
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self._last = ""
+        self._changed_at = self._printed_at = time.monotonic()
+
+    def log(self, line: str) -> None:
+        """A line of the job's output."""
+        print(line, file=self.out, flush=True)
+
+    def attempt_ended(self, attempt: Attempt) -> None:
+        """An attempt ended (called once per attempt)."""
+        print(f"[fray] {describe_attempt(attempt)}", file=self.out, flush=True)
+
+    def progress(self, info: JobInfo) -> None:
+        """The job's state, a few times a second until it ends (the last call has the final state)."""
+        line = describe_progress(info)
+        now = time.monotonic()
+        if line != self._last:
+            print(f"[fray] {line}", file=self.out, flush=True)
+            self._last, self._changed_at, self._printed_at = line, now, now
+        elif info.status is JobStatus.PENDING and now - self._printed_at >= MONITOR_HEARTBEAT:
+            # a long wait (e.g. for capacity): say again what the job waits for, and for how long
+            print(f"[fray] {line} (still waiting after {now - self._changed_at:.0f}s)", file=self.out, flush=True)
+            self._printed_at = now
 
 
 #: seconds between repeated progress lines while a job waits (e.g. for capacity) without any change
@@ -255,6 +308,10 @@ _BACKENDS: dict[str, str | BackendFactory] = {
 }
 
 
+#: what to install when a built-in backend's module cannot be imported
+_INSTALL_HINTS: dict[str, str] = {"ray": "the Ray backend needs ray: install the package's `ray` extra (ray[default]>=2.60,<2.61)"}
+
+
 def register_backend(name: str, factory: str | BackendFactory) -> None:
     """Register a backend: ``factory(params) -> Cluster`` or a ``"module:function"`` string loaded lazily."""
     _BACKENDS[name] = factory
@@ -289,7 +346,14 @@ def _resolve_factory(scheme: str, spec: str) -> BackendFactory:
         raise UnknownBackendError(f"cluster spec {spec!r}: unknown backend {scheme!r}; known backends: {', '.join(known)}")
     if isinstance(factory, str):
         mod, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(mod), attr)
+        try:
+            factory = getattr(importlib.import_module(mod), attr)
+        except ImportError as e:
+            hint = _INSTALL_HINTS.get(scheme, "")
+            raise UnknownBackendError(
+                f"cluster spec {spec!r}: the {scheme!r} backend cannot be loaded ({type(e).__name__}: {e})"
+                + (f"; {hint}" if hint else "")
+            ) from e
         _BACKENDS[scheme] = factory
     return factory  # type: ignore[return-value]
 
@@ -351,6 +415,16 @@ def current_cluster() -> Cluster:
             cached = cluster_from_spec(spec)
             _CACHE[spec] = cached
         return cached
+
+
+def fray_job_ctx() -> JobContext:
+    """The job context of the current cluster (threads locally, tasks and actors on Ray).
+
+    >>> ctx = fray_job_ctx()
+    >>> ctx.get(ctx.run(pow, 3, 2))
+    9
+    """
+    return current_cluster().job_context()
 
 
 def set_current_cluster(cluster: Cluster | None) -> None:

@@ -1,5 +1,9 @@
 """The job context: small tasks and actors from inside a job (or anywhere), on the current backend.
 
+``fray_job_ctx()`` (in ``fray_core.cluster``: it asks the current cluster) returns the backend's context;
+this module holds the contract and the local, thread-based implementation, and imports no other part of
+fray_core but its errors.
+
 Example::
 
     from fray_core import fray_job_ctx
@@ -23,7 +27,7 @@ from typing import Any
 
 from fray_core.errors import WaitTimeoutError
 
-__all__ = ["ActorHandle", "JobContext", "LocalJobContext", "fray_job_ctx"]
+__all__ = ["ActorHandle", "JobContext", "LocalJobContext"]
 
 
 class JobContext(abc.ABC):
@@ -184,14 +188,3 @@ class LocalJobContext(JobContext):
                 self._actors[name] = handle
             return handle
 
-
-def fray_job_ctx() -> JobContext:
-    """The job context of the current cluster (threads locally, tasks and actors on Ray).
-
-    >>> ctx = fray_job_ctx()
-    >>> ctx.get(ctx.run(pow, 3, 2))
-    9
-    """
-    from fray_core.cluster import current_cluster
-
-    return current_cluster().job_context()

@@ -14,12 +14,14 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import shutil
 import sys
 import warnings
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -36,6 +38,7 @@ from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.types import GpuConfig, JobId, JobInfo, JobRequest, JobStatus, summarize_request
 from fray_local import _gpu
+from fray_local._detached import SYS_PATH_ENV
 from fray_local.fleet import TpuFleet, parse_fleet
 from fray_local.provider import LocalSliceProvider, LogSink
 
@@ -111,6 +114,7 @@ class LocalCluster(Cluster):
         self.store = JobStore(jobs_dir)
         self.policy = retry_policy or DEFAULT_LOCAL_POLICY
         self.spec = "local"
+        self.runs_on_this_machine = True
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._spool_dir: str | None = None  # per-job scratch files, made on the first launch
@@ -160,6 +164,56 @@ class LocalCluster(Cluster):
         job.thread.start()
         self._ensure_watcher()
         return job_id
+
+    def launch_detached(self, request: JobRequest) -> JobId:
+        """Launch through a detached supervisor process (``python -m fray_local._detached SPEC``, its own
+        session) that lives until the job ends, so the job outlives this process; returns the job id.
+
+        The supervisor rebuilds the cluster from ``self.spec`` (with ``FRAY_JOBS_DIR`` from this process's
+        environment), so a fleet passed as an object is not shared with it.
+        """
+        if not isinstance(request, JobRequest):
+            raise TypeError(f"launch_detached: expected a JobRequest, got {request!r}")
+        protocols = self.store.fs.protocol if isinstance(self.store.fs.protocol, tuple) else (self.store.fs.protocol,)
+        if "memory" in protocols:
+            raise ValueError(
+                f"jobs dir {self.store.root!r} lives in one process's memory: a job launched to outlive this "
+                "process would keep its record where no other process (`fray status`, `fray logs`) can see it; "
+                "use a directory or a shared URL (FRAY_JOBS_DIR=/path or gs://bucket/fray)"
+            )
+        try:
+            payload = cloudpickle.dumps(request)
+        except Exception as e:
+            raise TypeError(f"the job's entrypoint cannot be pickled: {type(e).__name__}: {e}") from None
+        env = dict(os.environ)
+        env[SYS_PATH_ENV] = json.dumps([os.getcwd()] + [p for p in sys.path if p])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fray_local._detached", self.spec or "local"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # never the caller's: `ID=$(fray launch ...)` must not wait for the job
+            start_new_session=True,  # Ctrl-C or a closed terminal does not reach the job
+            env=env,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(payload)
+        proc.stdin.close()
+        job_id = None
+        for raw in proc.stdout:
+            msg = json.loads(raw)
+            if "warning" in msg:
+                warnings.warn(msg["warning"], stacklevel=2)
+            elif "error" in msg:
+                proc.wait()
+                raise FrayError(msg["error"])
+            elif "job_id" in msg:
+                job_id = msg["job_id"]
+                break
+        proc.stdout.close()
+        if job_id is None:
+            raise FrayError(f"the job's supervisor process exited (code {proc.wait()}) before launching the job")
+        proc.returncode = 0  # detached on purpose: do not warn that it is still running
+        return JobId(job_id)
 
     def _spool(self) -> str:
         with self._lock:

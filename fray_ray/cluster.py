@@ -74,6 +74,8 @@ class RayCluster(Cluster):
       is removed by ``close()``, at interpreter exit, or by itself after 10 minutes.
     """
 
+    jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
+
     def __init__(
         self,
         address: str | None = "auto",

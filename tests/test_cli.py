@@ -7,14 +7,19 @@ No sleeps as synchronisation: tests wait on marker files or on commands that blo
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 from pathlib import Path
 
@@ -85,8 +90,8 @@ class Fray:
             [*FRAY, *args], cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=timeout
         )
 
-    def status(self, job_id: str) -> dict:
-        r = self("status", job_id, "--json")
+    def status(self, job_id: str, *extra: str) -> dict:
+        r = self("status", job_id, "--json", *extra)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -175,7 +180,7 @@ def test_tpu_multislice_list_status_logs(fray: Fray) -> None:
     assert "2 x v4-16 (2 host(s) per slice)" in st.stdout
     assert re.search(r"^ATTEMPT\s+SLICES\s+OUTCOME\s+DURATION\s+CAUSE$", st.stdout, re.M)
     assert re.search(r"^0\s+v4-16-0, v4-16-1\s+SUCCEEDED\s+\d", st.stdout, re.M)
-    record = fray.status(job_id)
+    record = fray.status(job_id, "--result")  # results only when asked for
     assert record["attempts"][0]["slices"] == ["v4-16-0", "v4-16-1"]
     assert sorted(map(tuple, record["result"])) == [("0", "0", "2"), ("0", "1", "2"), ("1", "0", "2"), ("1", "1", "2")]
 
@@ -300,6 +305,15 @@ def test_sim_shows_preempted_then_succeeded(fray: Fray) -> None:
     assert re.search(r"^1\s+v4-16-0, v4-16-1\s+SUCCEEDED\s", out, re.M)
     job_id = launched_id(out)
     assert fray.status(job_id)["preemptions"] == 1  # the sim's job is in the store like any other
+    # the timeline: a row per slice, attempt 0 preempted (P on the slice the plan preempted), then 1 succeeded
+    slice_hit = re.search(r"injected: attempt 0: preempt slice (\d)", out).group(1)  # type: ignore[union-attr]
+    for s in ("0", "1"):
+        row = re.search(rf"^v4-16-{s} \| *0~+(P?) +1=+\|$", out, re.M)
+        assert row, out
+        assert (row.group(1) == "P") == (s == slice_hit)
+    assert "\x1b" not in out  # piped: plain lines, no live redraw
+    st = fray("status", job_id)
+    assert re.search(rf"^v4-16-{slice_hit} \| *0~+P +1=+\|$", st.stdout, re.M), st.stdout
 
 
 def test_sim_budget_exhausted_exit_1(fray: Fray) -> None:
@@ -345,3 +359,302 @@ def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.Monke
     assert main(["status", "nope"]) == 2
     assert "unknown job id 'nope'" in capsys.readouterr().err
     assert main(["launch", "--tpu", "v9-1", "x:y"]) == 2
+
+
+# ------------------------------------------------------------------------- json, filters, timeline
+
+JOB_FIELDS = {
+    "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
+    "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
+}
+ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Fray, str, str]:
+    """A job named alpha that SUCCEEDED, then one named beta that FAILED, in one jobs dir."""
+    tmp = tmp_path_factory.mktemp("two_jobs")
+    (tmp / "jobs_mod.py").write_text(JOBS_MOD)
+    fray = Fray(tmp)
+    a = fray("launch", "--wait", "--name", "alpha", "jobs_mod:add", "2", "y=3")
+    b = fray("launch", "--wait", "--name", "beta", "jobs_mod:fail")
+    assert a.returncode == 0 and b.returncode == 1, a.stdout + b.stdout
+    return fray, launched_id(a.stdout), launched_id(b.stdout)
+
+
+def test_json_fields_are_the_documented_ones(two_jobs: tuple[Fray, str, str]) -> None:
+    fray, alpha, beta = two_jobs
+    listing = json.loads(fray("list", "--json").stdout)
+    assert [j["job_id"] for j in listing] == [alpha, beta]
+    for job in listing:
+        assert set(job) == JOB_FIELDS
+        assert all(set(a) == ATTEMPT_FIELDS for a in job["attempts"])
+    status = fray.status(alpha)
+    assert set(status) == JOB_FIELDS  # no results unless asked for
+    assert status["status"] == "SUCCEEDED" and status["attempts"][0]["outcome"] == "SUCCEEDED"
+    assert status["max_retries_failure"] == 0 and status["request"]["entrypoint"]
+    assert fray.status(alpha, "--result")["result"] == [5]
+    failed = fray.status(beta)
+    assert failed["status"] == "FAILED" and "bad input from the job" in failed["attempts"][0]["cause"]
+    # the documented table in docs/index.md lists exactly these fields
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "index.md").read_text()
+    for field in JOB_FIELDS | ATTEMPT_FIELDS:
+        assert f"`{field}`" in doc, field
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (["--status", "failed"], ["beta"]),
+        (["--status", "SUCCEEDED,failed"], ["alpha", "beta"]),
+        (["--status", "running", "--status", "succeeded"], ["alpha"]),
+        (["--name", "al*"], ["alpha"]),
+        (["--name", "beta"], ["beta"]),
+        (["--since", "1h"], ["alpha", "beta"]),
+        (["--since", "2999-01-01"], []),
+        (["--limit", "1"], ["beta"]),
+        (["--limit", "5", "--status", "succeeded"], ["alpha"]),
+    ],
+)
+def test_list_filters(two_jobs: tuple[Fray, str, str], filters: list[str], expected: list[str]) -> None:
+    fray = two_jobs[0]
+    as_json = fray("list", "--json", *filters)
+    assert as_json.returncode == 0, as_json.stderr
+    assert [j["name"] for j in json.loads(as_json.stdout)] == expected
+    table = fray("list", *filters)
+    assert [row.split()[1] for row in table.stdout.splitlines()[1:]] == expected
+    if not expected:
+        assert "no jobs match the filters" in table.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list", "--status", "bogus"], "argument --status: expected one or more of PENDING, RUNNING"),
+        (["list", "--limit", "0"], "argument --limit: expected an int >= 1, got '0'"),
+        (["list", "--since", "yesterday"], "argument --since: expected a duration ago"),
+    ],
+)
+def test_bad_filters_exit_2(fray: Fray, args: list[str], message: str) -> None:
+    r = fray(*args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_status_shows_timeline(two_jobs: tuple[Fray, str, str]) -> None:
+    fray, alpha, _ = two_jobs
+    st = fray("status", alpha)
+    assert re.search(r"^local \| *0=+\|$", st.stdout, re.M), st.stdout  # one row per slice ("local" for CPU)
+    assert re.search(r"^\s+0s\s.*s$", st.stdout, re.M)  # the time axis
+    assert "N attempt N starts  = succeeded" in st.stdout
+    assert "result" not in st.stdout
+    with_result = fray("status", alpha, "--result")
+    assert "[fray] result[0]: 5" in with_result.stdout
+
+
+def _attempt(index: int, slices: list[str], start: float, end: float | None, outcome: str | None, cause: str = ""):  # type: ignore[no-untyped-def]
+    from fray_core.types import Attempt, AttemptOutcome
+
+    return Attempt(index, slices, start, end, AttemptOutcome(outcome) if outcome else None, cause or None)
+
+
+def test_timeline_draws_each_outcome() -> None:
+    from fray_core.cli.output import timeline
+    from fray_core.types import JobInfo
+
+    info = JobInfo(
+        job_id="j", name="j", status=JobStatus.RUNNING, submitted_at=1000.0,
+        attempts=[
+            _attempt(0, ["s-0", "s-1"], 1000.0, 1010.0, "PREEMPTED", "preempted on slice 1 (s-1) host 0: gone"),
+            _attempt(1, [], 1012.0, 1020.0, "UNSCHEDULABLE"),  # waited for slices and got none
+            _attempt(2, ["s-0"], 1021.0, 1030.0, "FAILED", "ValueError"),  # resized: 2 -> 1 slice
+            _attempt(3, ["s-0"], 1031.0, None, None),  # still running
+        ],
+    )
+    lines = timeline(info, width=41, now=1040.0)
+    assert lines[0] == "s-0        |0~~~~~~~~~~          2xxxxxxxxx3>>>>>>>>>|"
+    assert lines[1] == "s-1        |0~~~~~~~~~P                              |"  # P: the slice preempted
+    assert lines[2] == "(no slice) |            1????????                    |"
+    assert lines[3].split() == ["0s", "10s", "20s", "30s", "40s"]
+    assert lines[4] == (
+        "N attempt N starts  ~ preempted  x failed  ? unschedulable  > running  P preemption"
+        "  attempt 2 resized 2 -> 1 slices"
+    )
+
+
+def _run_in_terminal(fray: Fray, *args: str, timeout: float = 120) -> tuple[int, str]:
+    """``fray ARGS`` with its stdout and stderr on a pseudo-terminal; (exit code, everything it wrote)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # 200 columns
+    proc = subprocess.Popen([*FRAY, *args], cwd=fray.workdir, env=fray.env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            assert ready, f"no output for {timeout}s: {b''.join(chunks)[-2000:]!r}"
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return proc.wait(timeout), b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_live_status_line_on_a_terminal(fray: Fray) -> None:
+    code, out = _run_in_terminal(fray, "sim", "--preemptions", "1", "--seed", "3", "--steps", "4", "--step-time", "0.2")
+    assert code == 0, out[-3000:]
+    assert "\x1b[2K" in out  # the status line is erased and redrawn in place
+    live = re.findall(r"\[fray\] \d+\.\ds \| (RUNNING|PENDING) \| preemptions (\d)/1, failures 0/0", out)
+    assert ("RUNNING", "0") in live and ("RUNNING", "1") in live, out[-3000:]
+    assert "(4 hosts)" in out  # 2 slices x 2 hosts
+    final = out.rsplit("\x1b[?25h", 1)[-1]  # after the live display ends: plain final state, table, timeline
+    assert re.search(r"\[fray\] sim-\S+: SUCCEEDED \| attempt 1 \| preemptions 1, failures 0", final), final
+    assert re.search(r"^v4-16-0 \| *0~+P? +1=+\|", final.replace("\r", ""), re.M), final
+
+
+ESCAPES_MOD = """
+def noisy():
+    print("\\x1b[2J\\x1b[31mred\\x1b[0m", flush=True)
+    return "\\x1b]0;title\\x07"
+"""
+
+
+def test_terminal_escapes_are_shown_escaped(fray: Fray) -> None:
+    (fray.workdir / "noisy_mod.py").write_text(ESCAPES_MOD)
+    name = "evil\x1b[2Jname"
+    r = fray("launch", "--wait", "--name", name, "noisy_mod:noisy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\x1b" not in r.stdout and "\r" not in r.stdout
+    assert "[a0 r0] \\x1b[2J\\x1b[31mred\\x1b[0m" in r.stdout
+    assert "result[0]: '\\x1b]0;title\\x07'" in r.stdout
+    job_id = launched_id(r.stdout)
+    listing = fray("list")
+    assert "evil\\x1b[2Jname" in listing.stdout and "\x1b" not in listing.stdout
+    st = fray("status", job_id, "--result")
+    assert "evil\\x1b[2Jname" in st.stdout and "\x1b" not in st.stdout
+    logs = fray("logs", job_id)
+    assert "\\x1b[31mred\\x1b[0m" in logs.stdout and "\x1b" not in logs.stdout
+    assert fray.status(job_id)["name"] == name  # JSON keeps the real name (JSON escapes it)
+
+
+# --------------------------------------------------------------------------- bad input, hostile input
+
+
+def _one_line_exit_2(r: subprocess.CompletedProcess[str], message: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["launch", "--replicas", "0", "jobs_mod:add", "1"], "argument --replicas: expected an int >= 1, got '0'"),
+        (["launch", "--name", "", "jobs_mod:add", "1"], "argument --name: expected a non-empty job name, got ''"),
+        (["launch", "--name", "  ", "jobs_mod:add", "1"], "argument --name: expected a non-empty job name"),
+        (["sim", "--steps", "-1"], "argument --steps: expected an int >= 1, got '-1'"),
+        (["sim", "--slices", "0"], "argument --slices: expected an int >= 1, got '0'"),
+        (["sim", "--step-time", "-0.5"], "argument --step-time: expected a number >= 0"),
+        (["sim", "--chaos", "1.5"], "argument --chaos: expected a probability between 0 and 1"),
+        (["lst"], "invalid choice: 'lst'"),
+    ],
+)
+def test_bad_arguments_one_line_exit_2(fray: Fray, args: list[str], message: str) -> None:
+    _one_line_exit_2(fray(*args), message)
+    assert not fray.jobs_dir.exists() or not any(fray.jobs_dir.iterdir())  # nothing was launched
+
+
+def _unwritable_dir(tmp: Path) -> str:
+    if os.geteuid() == 0:  # root writes anywhere chmod allows nothing: sysfs refuses even root
+        return "/sys/fray-jobs"
+    d = tmp / "readonly"
+    d.mkdir()
+    d.chmod(0o500)
+    return str(d / "jobs")
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "unwritable"])
+@pytest.mark.parametrize("command", [["list"], ["status", "x"], ["launch", "jobs_mod:add", "1"], ["sim", "--steps", "1"]])
+def test_unusable_jobs_dir_one_line_exit_2(fray: Fray, kind: str, command: list[str]) -> None:
+    plain_file = fray.workdir / "not-a-dir"
+    plain_file.write_text("")
+    fray.env["FRAY_JOBS_DIR"] = {
+        "file": str(plain_file),
+        "under-a-file": str(plain_file / "jobs"),
+        "unwritable": _unwritable_dir(fray.workdir),
+    }[kind]
+    r = fray(*command)
+    _one_line_exit_2(r, fray.env["FRAY_JOBS_DIR"].rsplit("/jobs", 1)[0] if kind == "under-a-file" else fray.env["FRAY_JOBS_DIR"])
+
+
+def test_missing_home_one_line_exit_2(fray: Fray) -> None:
+    home = fray.workdir / "nonexistent"
+    for var in ("FRAY_JOBS_DIR", "XDG_CACHE_HOME"):
+        fray.env.pop(var, None)
+    fray.env["HOME"] = str(home)
+    for command in (["list"], ["launch", "jobs_mod:add", "1"], ["sim"]):
+        _one_line_exit_2(fray(*command), "set FRAY_JOBS_DIR")
+    assert not home.exists()  # no home directory made up
+
+
+def test_ray_backend_without_ray_one_line_exit_2(fray: Fray) -> None:
+    fake = fray.workdir / "no_ray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    fray.env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), fray.env.get("PYTHONPATH", "")])
+    r = fray("--cluster", "ray", "list")
+    _one_line_exit_2(r, "the 'ray' backend cannot be loaded (ModuleNotFoundError: No module named 'ray'); the Ray backend needs ray")
+
+
+def test_memory_jobs_dir_refused_for_detached_launch(fray: Fray) -> None:
+    fray.env["FRAY_JOBS_DIR"] = "memory://fray-jobs"
+    for args in (["launch", "jobs_mod:add", "1"], ["launch", "--wait", "jobs_mod:add", "1"]):
+        r = fray(*args)
+        _one_line_exit_2(r, "jobs dir 'memory://fray-jobs' lives in one process's memory")
+        assert r.stdout == ""  # no id that `fray status` would then call unknown
+
+
+@pytest.mark.parametrize("command", [["list"], ["list", "--json"], ["status", "{id}"], ["status", "{id}", "--json"], ["logs", "{id}"]])
+def test_closed_pipe_is_quiet(two_jobs: tuple[Fray, str, str], command: list[str]) -> None:
+    """``fray status ID | head -1``: the reader went away; no traceback, no error."""
+    fray, alpha, _ = two_jobs
+    proc = subprocess.Popen(
+        [*FRAY, *[c.format(id=alpha) for c in command]], cwd=fray.workdir, env=fray.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before fray writes anything: every write fails with EPIPE
+    err = proc.stderr.read()
+    assert proc.wait(60) == 0, err
+    assert err == ""
+
+
+PLANTED = """
+import pathlib, pickle, sys
+
+class Planted:
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(sys.argv[2]),))
+
+with open(sys.argv[1], "wb") as f:
+    pickle.dump([Planted()], f)
+"""
+
+
+def test_list_and_status_never_unpickle_results(fray: Fray) -> None:
+    r = fray("launch", "--wait", "jobs_mod:add", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = launched_id(r.stdout)
+    marker = fray.workdir / "planted-code-ran"
+    subprocess.run([sys.executable, "-c", PLANTED, str(fray.jobs_dir / job_id / "result.pkl"), str(marker)], check=True)
+    for command in (["list"], ["list", "--json"], ["status", job_id], ["status", job_id, "--json"]):
+        assert fray(*command).returncode == 0
+        assert not marker.exists(), f"fray {' '.join(command)} unpickled the job's result"
+    fray("status", job_id, "--result")  # asked for: loads it (whatever the store then says about its owner)

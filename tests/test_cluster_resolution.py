@@ -84,6 +84,34 @@ def test_register_backend_by_name() -> None:
     assert isinstance(c, Dummy) and made == [{"x": "1"}] and c.spec == "dummy?x=1"
 
 
+def test_backend_that_cannot_be_imported_is_a_clear_error() -> None:
+    register_backend("broken", "no_such_module_for_fray_tests:_from_spec")
+    with pytest.raises(UnknownBackendError, match=r"cluster spec 'broken': the 'broken' backend cannot be loaded "
+                       r"\(ModuleNotFoundError: No module named 'no_such_module_for_fray_tests'\)"):
+        cluster_from_spec("broken")
+
+
+def test_detached_launch_default_follows_jobs_outlive_client() -> None:
+    from fray_core.errors import FrayError
+
+    launched = []
+
+    class Outlives(LocalCluster):
+        jobs_outlive_client = True
+
+        def launch(self, request):  # type: ignore[no-untyped-def]
+            launched.append(request)
+            return "id-1"
+
+    class Bound(Outlives):
+        jobs_outlive_client = False
+
+    assert Cluster.launch_detached(Outlives(jobs_dir="memory://x"), "req") == "id-1"  # type: ignore[arg-type]
+    with pytest.raises(FrayError, match="cannot keep a job running after the launching process exits"):
+        Cluster.launch_detached(Bound(jobs_dir="memory://x"), "req")  # type: ignore[arg-type]
+    assert launched == ["req"]
+
+
 def test_parse_spec() -> None:
     assert parse_spec("ray?address=10.0.0.1:6379&namespace=ns") == ("ray", {"address": "10.0.0.1:6379", "namespace": "ns"})
     with pytest.raises(UnknownBackendError, match="given twice"):

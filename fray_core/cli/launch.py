@@ -1,0 +1,199 @@
+"""``fray launch``: build a :class:`JobRequest` from the command line, launch it, optionally follow it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fray_core.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_cluster_option,
+    at_least_one,
+    backend_name,
+    cluster_of,
+    job_name,
+    positive_int,
+    tpu_type,
+)
+from fray_core.cli.live import follow
+
+if TYPE_CHECKING:
+    from fray_core.types import JobRequest
+
+__all__ = ["add_parser", "build_request", "cmd_launch", "parse_call_args"]
+
+_CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _parse_value(text: str) -> Any:
+    """A command-line value: JSON if it parses (``10``, ``true``, ``[1, 2]``), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_call_args(items: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
+    """``["3", "steps=10", "name=a"]`` -> ``([3], {"steps": 10, "name": "a"})``."""
+    pos: list[Any] = []
+    kw: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if eq and key.isidentifier():
+            kw[key] = _parse_value(value)
+        else:
+            if kw:
+                raise UsageError(f"positional argument {item!r} after keyword arguments")
+            pos.append(_parse_value(item))
+    return pos, kw
+
+
+def _import_callable(target: str) -> Callable[..., Any]:
+    import importlib
+
+    mod_name, _, attr = target.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except Exception as e:
+        raise UsageError(f"cannot import module {mod_name!r} (the current directory is on sys.path): "
+                         f"{type(e).__name__}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"{target} is not callable (got {type(obj).__name__})")
+    return obj
+
+
+def _slices_arg(text: str) -> int | list[int]:
+    try:
+        counts = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"expected a slice count N or acceptable counts N,M (ints >= 1), got {text!r}")
+    return counts[0] if len(counts) == 1 else counts
+
+
+def _env_arg(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest:
+    """The :class:`JobRequest` that ``fray launch`` arguments describe.
+
+    ``TARGET`` is ``module:function`` (imported with the current directory on ``sys.path``; ``ARGS`` are
+    ``value`` or ``key=value``, parsed as JSON when they parse), a ``script.py`` (run as ``python script.py
+    ARGS``) or any other command. ``on_this_machine``: the job's processes run here, so a script or command
+    must exist here and a script runs with this Python.
+    """
+    from fray_core.types import Entrypoint, JobRequest, ResourceConfig, TpuConfig, create_environment
+
+    target: str = args.target
+    rest: list[str] = list(args.args or [])
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if _CALLABLE_RE.match(target) and not target.endswith(".py"):
+        fn = _import_callable(target)
+        pos, kw = parse_call_args(rest)
+        entry = Entrypoint(callable=fn, function_args=kw, args=tuple(pos))
+        default_name = target.rpartition(":")[2].rpartition(".")[2]
+    elif target.endswith(".py"):
+        if on_this_machine and not os.path.isfile(target):
+            raise UsageError(f"no such script: {target!r}")
+        entry = Entrypoint(binary=sys.executable if on_this_machine else "python", args=[target, *rest])
+        default_name = os.path.basename(target)[:-3]
+    else:
+        if on_this_machine and shutil.which(target) is None:
+            raise UsageError(f"command not found: {target!r} (give module:function, a script.py or a command on PATH)")
+        entry = Entrypoint(binary=target, args=rest)
+        default_name = os.path.basename(target)
+
+    res_kw: dict[str, Any] = {}
+    if args.cpu is not None:
+        res_kw["cpu"] = args.cpu
+    if args.ram is not None:
+        res_kw["ram"] = args.ram
+    if args.tpu:
+        if args.replicas is not None:
+            raise UsageError("--replicas is for CPU/GPU jobs; with --tpu use --slices")
+        resources = ResourceConfig(device=TpuConfig(type=args.tpu), replicas=args.slices or 1, **res_kw)
+    else:
+        if args.slices is not None:
+            raise UsageError("--slices needs --tpu TYPE (for CPU processes use --replicas N)")
+        resources = ResourceConfig(replicas=1 if args.replicas is None else args.replicas, **res_kw)
+    env = dict(args.env or [])
+    req_kw: dict[str, Any] = {}
+    if args.max_retries_preemption is not None:
+        req_kw["max_retries_preemption"] = args.max_retries_preemption
+    if args.max_retries_failure is not None:
+        req_kw["max_retries_failure"] = args.max_retries_failure
+    return JobRequest(
+        name=args.name or default_name,
+        entrypoint=entry,
+        resources=resources,
+        environment=create_environment(env_vars=env) if env else None,
+        **req_kw,
+    )
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    """``fray launch [options] TARGET [ARGS...]``: print the job id, or with ``--wait`` follow the job."""
+    cluster = cluster_of(args)
+    request = build_request(args, cluster.runs_on_this_machine)
+    job_id = str(cluster.launch_detached(request))
+    if not args.wait:
+        print(job_id)
+        return EXIT_OK
+    print(f"[fray] launched {job_id} on {cluster.spec or backend_name(cluster)}", flush=True)
+    return follow(cluster, job_id, sys.stdout, stop_on_interrupt=False)
+
+
+def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="launch a job (module:function, script.py or command)",
+        description="Launch a job and print its id (alone on stdout: ID=$(fray launch ...)). With --wait, "
+        "stream its logs and progress and exit with its status. The job keeps running after this command "
+        "returns (on the local backend it runs under a detached supervisor process).",
+        epilog="examples:\n  fray launch train:main steps=100\n  fray launch --wait --tpu v4-16 --slices 2 "
+        "--cluster 'local?tpu=v4-16:2' train:main\n  fray launch --env WANDB_MODE=offline train.py --lr 3e-4\n\n"
+        + epilog,
+        formatter_class=fmt,
+    )
+    p.add_argument("target", metavar="TARGET", help="module:function, script.py, or a command")
+    p.add_argument(
+        "args",
+        metavar="ARGS",
+        nargs=argparse.REMAINDER,
+        help="for module:function: VALUE or KEY=VALUE (JSON when it parses); otherwise the command's arguments",
+    )
+    p.add_argument("--name", type=job_name, help="job name (default: the function, script or command name)")
+    p.add_argument("--tpu", metavar="TYPE", type=tpu_type, help="TPU pod type, e.g. v4-16, v5litepod-4, v6e-16")
+    p.add_argument(
+        "--slices", metavar="N|N,M", type=_slices_arg, help="TPU slices (default 1); N,M: acceptable counts, largest that fits wins"
+    )
+    p.add_argument("--replicas", metavar="N", type=at_least_one, help="CPU/GPU processes started together (default 1)")
+    p.add_argument("--cpu", type=float, help="CPUs per process (default 1)")
+    p.add_argument("--ram", help="memory per process, e.g. 16g, 512m (default 4g)")
+    p.add_argument("--env", metavar="K=V", type=_env_arg, action="append", help="env var for every process (repeatable)")
+    p.add_argument(
+        "--max-retries-preemption", metavar="N", type=positive_int, help="N retries after preemptions: at most N+1 such attempts (default 100)"
+    )
+    p.add_argument("--max-retries-failure", metavar="N", type=positive_int, help="N retries after failures: at most N+1 failed attempts (default 0)")
+    p.add_argument("--wait", action="store_true", help="stream logs and progress until the job ends; exit with its status")
+    add_cluster_option(p)
+    p.set_defaults(func=cmd_launch)
