@@ -33,6 +33,7 @@ from typing import Any
 
 import cloudpickle
 
+from fray_core._procfs import start_ticks as process_start_ticks, stat_fields
 from fray_core.errors import JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
 from fray_core.types import JobId, JobInfo, JobStatus, StoredResult
 
@@ -73,22 +74,8 @@ def owner_info() -> dict[str, Any]:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started": time.time(),
-        "start_ticks": _start_ticks(os.getpid()),
+        "start_ticks": process_start_ticks(os.getpid()),
     }
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
-
-
-def _start_ticks(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[19]) if fields is not None else None
 
 
 def _start_wall_time(ticks: int) -> float | None:
@@ -114,7 +101,7 @@ def pid_alive(pid: int, started: float | None = None, start_ticks: int | None = 
         return False
     except PermissionError:
         pass
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     if fields is None:
         return not os.path.isdir("/proc/self")  # no /proc here: trust kill(0)
     if fields[0] in ("Z", "X"):

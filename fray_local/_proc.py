@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, IO
 
+from fray_core._procfs import start_ticks as process_start_ticks, stat_fields
+
 __all__ = [
     "HARD_STOP",
     "LINUX",
@@ -60,34 +62,13 @@ _TAIL_LINES = 20
 # --------------------------------------------------------------------------------- /proc helpers
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...), or None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot, or None if it does not exist or is a zombie.
-
-    A pid and its start time name one process: a reused pid has a later start time.
-    """
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
 def descendants(root: int) -> list[int]:
     """Every live process below ``root`` (Linux; from one scan of ``/proc``)."""
     children: dict[int, list[int]] = collections.defaultdict(list)
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        fields = _stat_fields(int(name))
+        fields = stat_fields(int(name))
         if fields is None or fields[0] in ("Z", "X"):
             continue
         children[int(fields[1])].append(int(name))
