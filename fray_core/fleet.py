@@ -163,7 +163,7 @@ class FaultPlan:
 
 class FleetClock(Protocol):
     """What the model needs of time: ``now()`` and ``call_later(delay, fn, *args)`` returning something
-    with ``cancel()``. ``fray_core.testing.FakeClock`` is one; ``fray_local`` has one on threads."""
+    with ``cancel()``. ``fray_core.clock.FakeClock`` is one; ``fray_local`` has one on threads."""
 
     def now(self) -> float: ...
 
@@ -289,7 +289,7 @@ class Fleet:
         name: str = "Fleet",
     ) -> None:
         if clock is None:
-            from fray_core.testing import FakeClock
+            from fray_core.clock import FakeClock
 
             clock = FakeClock()
         self.clock = clock
