@@ -46,6 +46,8 @@ _LAZY: dict[str, str] = {
     "current_cluster": "fray_core.cluster",
     "fray_job_ctx": "fray_core.context",
     "get_tpu_spec": "fray_core.tpu",
+    "job": "fray_core.decorator",
+    "JobFunction": "fray_core.decorator",
     "parse_size": "fray_core.types",
     "parse_spec": "fray_core.cluster",
     "register_backend": "fray_core.cluster",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
         using_cluster,
     )
     from fray_core.context import JobContext, fray_job_ctx
+    from fray_core.decorator import JobFunction, job
     from fray_core.errors import (
         FrayError,
         JobFailedError,
@@ -105,6 +108,7 @@ __all__ = [
     "GpuConfig",
     "JobContext",
     "JobFailedError",
+    "JobFunction",
     "JobId",
     "JobInfo",
     "JobNotFoundError",
@@ -121,6 +125,7 @@ __all__ = [
     "current_cluster",
     "fray_job_ctx",
     "get_tpu_spec",
+    "job",
     "parse_size",
     "parse_spec",
     "register_backend",
