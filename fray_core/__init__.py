@@ -47,6 +47,9 @@ _LAZY: dict[str, str] = {
     "fray_job_ctx": "fray_core.context",
     "get_tpu_spec": "fray_core.tpu",
     "job": "fray_core.decorator",
+    "worker_state": "fray_core.session",
+    "Session": "fray_core.session",
+    "RemoteCallError": "fray_core.session",
     "JobFunction": "fray_core.decorator",
     "parse_size": "fray_core.types",
     "parse_spec": "fray_core.cluster",
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
     )
     from fray_core.context import JobContext, fray_job_ctx
     from fray_core.decorator import JobFunction, job
+    from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.errors import (
         FrayError,
         JobFailedError,
@@ -114,7 +118,9 @@ __all__ = [
     "JobNotFoundError",
     "JobRequest",
     "JobStatus",
+    "RemoteCallError",
     "ResourceConfig",
+    "Session",
     "TpuConfig",
     "TpuSpec",
     "UnknownBackendError",
@@ -132,6 +138,7 @@ __all__ = [
     "set_current_cluster",
     "tpu_types",
     "using_cluster",
+    "worker_state",
 ]
 
 

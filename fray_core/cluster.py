@@ -35,6 +35,8 @@ from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
+    from fray_core.session import Session
+    from fray_core.types import EnvironmentConfig, ResourceConfig
 
 __all__ = [
     "Cluster",
@@ -94,6 +96,41 @@ class Cluster(abc.ABC):
         if result is None:  # a backend that attaches no results to a SUCCEEDED job
             raise ResultUnavailableError(f"job {info.job_id}: no results were recorded")
         return result
+
+    #: True when every host of a job runs on this machine (held sessions then reach them over a Unix socket)
+    hosts_on_this_machine: bool = False
+
+    def hold(
+        self,
+        resources: ResourceConfig,
+        *,
+        max_retries_preemption: int = 100,
+        max_retries_failure: int = 0,
+        fresh_process: bool = False,
+        name: str | None = None,
+        environment: EnvironmentConfig | None = None,
+    ) -> Session:
+        """Acquire ``resources`` once and keep one worker process per host: a :class:`~fray_core.session.Session`
+        (a context manager) whose ``run``/``submit`` send calls to every host. The session is a job (kind
+        ``session``) run by the shared runner, with these retry budgets; see :mod:`fray_core.session`.
+        Returns once the slices are held and every host's worker is up.
+
+        >>> with cluster.hold(ResourceConfig.with_tpu("v4-16", slice_count=2)) as session:  # doctest: +SKIP
+        ...     session.run(init_model); session.run(rollout, 8)
+        """
+        if not self.hosts_on_this_machine:
+            raise NotImplementedError(f"hold: {type(self).__name__} does not support held sessions yet")
+        from fray_core.session import open_session
+
+        return open_session(
+            self,
+            resources,
+            max_retries_preemption=max_retries_preemption,
+            max_retries_failure=max_retries_failure,
+            fresh_process=fresh_process,
+            name=name,
+            environment=environment,
+        )
 
     def job_context(self) -> JobContext:
         """The context for small tasks (``fray_job_ctx()``) on this backend."""

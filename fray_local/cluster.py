@@ -99,6 +99,8 @@ class LocalCluster(Cluster):
     - ``retry_policy``: backoff and deadlines of the shared runner.
     """
 
+    hosts_on_this_machine = True  # held sessions (Cluster.hold) work here
+
     def __init__(
         self,
         fleet: TpuFleet | None = None,
