@@ -282,3 +282,28 @@ def test_hold_returns_with_the_slices_held_or_raises(tmp_path: Path) -> None:
         assert c.fleet.describe("v4-16").startswith("1 free")
     finally:
         c.close()
+
+
+def test_process_exit_closes_the_session(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    jobs = tmp_path / "jobs"
+    script = textwrap.dedent(f"""
+        import json, os
+        from fray_core import ResourceConfig
+        from fray_local import LocalCluster, TpuFleet
+        from fray_local.testing import TEST_POLICY
+
+        c = LocalCluster(fleet=TpuFleet({{"v4-16": 1}}), jobs_dir={str(jobs)!r}, retry_policy=TEST_POLICY)
+        s = c.hold(ResourceConfig.with_tpu("v4-16"))
+        print(json.dumps({{"job": s.job_id, "pids": s.run(os.getpid)}}), flush=True)
+        # no close(): the interpreter's exit closes the session
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert LocalCluster(jobs_dir=str(jobs)).poll(out["job"]).status is JobStatus.SUCCEEDED
+    assert not any(pid_alive(p) for p in out["pids"])
