@@ -78,7 +78,7 @@ def run_call_in_child(payload: bytes) -> tuple[Reply, BaseException | None]:
     return ("err", _error(err)), err
 
 
-def serve(address: str, family: str, authkey: bytes, fresh_process: bool) -> None:
+def serve(address: Any, family: str, authkey: bytes, fresh_process: bool) -> None:
     """The worker loop: returns when the session closes (the host then ends SUCCEEDED)."""
     from multiprocessing.connection import Client
 

@@ -97,8 +97,10 @@ class Cluster(abc.ABC):
             raise ResultUnavailableError(f"job {info.job_id}: no results were recorded")
         return result
 
-    #: True when every host of a job runs on this machine (held sessions then reach them over a Unix socket)
-    hosts_on_this_machine: bool = False
+    #: how a held session's host workers reach this client: ``"unix"`` (every host runs on this machine: a Unix
+    #: socket in a private dir), ``"tcp"`` (hosts on other machines: TCP on this machine's address), ``None``
+    #: (``hold`` is not supported). Both are authenticated (HMAC challenge with a per-session key).
+    session_transport: str | None = None
 
     def hold(
         self,
@@ -118,7 +120,7 @@ class Cluster(abc.ABC):
         >>> with cluster.hold(ResourceConfig.with_tpu("v4-16", slice_count=2)) as session:  # doctest: +SKIP
         ...     session.run(init_model); session.run(rollout, 8)
         """
-        if not self.hosts_on_this_machine:
+        if self.session_transport is None:
             raise NotImplementedError(f"hold: {type(self).__name__} does not support held sessions yet")
         from fray_core.session import open_session
 

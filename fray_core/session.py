@@ -29,8 +29,10 @@ What the session adds is the calls:
   FAILED, so the runner spends the failure budget and, within it, restarts the workers for the next call.
   The call itself is not re-run.
 
-Calls travel over an authenticated ``multiprocessing.connection`` on a Unix socket in a private (0700) temp
-dir: nothing is unpickled from a file, and only this user's processes can connect.
+Calls travel over an authenticated ``multiprocessing.connection`` (an HMAC challenge with a per-session
+random key, before anything is unpickled): on a Unix socket in a private (0700) temp dir when every host runs
+on this machine (``Cluster.session_transport == "unix"``, the local backend), else over TCP to this machine's
+address (``"tcp"``). Nothing is ever unpickled from a file.
 """
 
 from __future__ import annotations
@@ -101,6 +103,21 @@ class RemoteCallError(FrayError):
         return str(self.args[0]) if self.args else ""
 
 
+def _this_machine_address() -> str:
+    """The address remote host workers reach this process at: Ray's idea of this node's IP when this process
+    is connected to Ray (ray is never imported here), else the address of this host's name."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            return str(ray.util.get_node_ip_address())
+    except Exception:
+        pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def _user_class(module: str, qualname: str) -> type[BaseException] | None:
     mod = sys.modules.get(module)  # looked up, never imported
     obj: Any = mod
@@ -128,7 +145,7 @@ def _remote_error(index: int, host: tuple[int, int], err: dict[str, str]) -> Rem
 class SessionWorker:
     """The entrypoint of every host of a session: ``serve`` connects back to ``address`` and runs calls."""
 
-    address: str
+    address: Any  # a socket path (AF_UNIX) or (host, port) (AF_INET)
     family: str
     authkey: bytes
     fresh_process: bool = False
@@ -158,13 +175,22 @@ class _Core:
     """Everything a session owns; the :class:`Session` wrapper only points here, so that dropping the
     wrapper lets the garbage collector close the session (``weakref.finalize``)."""
 
-    def __init__(self, cluster: Cluster, fresh_process: bool) -> None:
+    def __init__(self, cluster: Cluster, fresh_process: bool, transport: str = "unix") -> None:
         self.cluster = cluster
         self.fresh_process = fresh_process
-        self.dir = tempfile.mkdtemp(prefix="fray-session-")  # 0700: only this user can reach the socket
-        self.address = os.path.join(self.dir, "s")
         self.authkey = secrets.token_bytes(32)
-        self.listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
+        self.dir = tempfile.mkdtemp(prefix="fray-session-")  # 0700: only this user can reach the socket
+        if transport == "unix":
+            self.family = "AF_UNIX"
+            self.address: Any = os.path.join(self.dir, "s")
+        elif transport == "tcp":
+            self.family = "AF_INET"
+            self.address = (_this_machine_address(), 0)
+        else:
+            raise ValueError(f"hold: session transport {transport!r}; allowed: 'unix', 'tcp'")
+        self.listener = Listener(self.address, family=self.family, authkey=self.authkey)
+        self.address = self.listener.address  # the port the system chose
+        self.tick = _TICK if transport == "unix" else 0.2  # remote backends' poll() costs more
         self.job_id = ""
         self.cond = threading.Condition()
         self.workers: dict[int, dict[tuple[int, int], _Worker]] = {}
@@ -229,10 +255,10 @@ class _Core:
                             f"session {self.job_id}: attempt {att.index}'s workers did not all connect within "
                             f"{CONNECT_TIMEOUT:.0f}s ({len(ws)} did); the session was stopped"
                         )
-                    self.cond.wait(_TICK)
+                    self.cond.wait(self.tick)
             else:
                 with self.cond:
-                    self.cond.wait(_TICK)
+                    self.cond.wait(self.tick)
 
     def settled(self, attempt: int) -> JobInfo:
         """The job once ``attempt`` has an outcome (or the job ended)."""
@@ -246,7 +272,7 @@ class _Core:
             if time.monotonic() > end:
                 raise FrayError(f"session {self.job_id}: attempt {attempt} did not end within {SETTLE_TIMEOUT:.0f}s")
             with self.cond:
-                self.cond.wait(_TICK)
+                self.cond.wait(self.tick)
 
     def ended(self, info: JobInfo) -> JobFailedError:
         return JobFailedError(
@@ -329,7 +355,8 @@ class _Core:
         finally:
             self._stopping = True
             try:  # wake the acceptor: a connection that fails the handshake
-                with socket.socket(socket.AF_UNIX) as s:
+                with socket.socket(socket.AF_UNIX if self.family == "AF_UNIX" else socket.AF_INET) as s:
+                    s.settimeout(5)
                     s.connect(self.address)
             except OSError:
                 pass
@@ -450,14 +477,14 @@ def open_session(
     name: str | None = None,
     environment: EnvironmentConfig | None = None,
 ) -> Session:
-    """:meth:`Cluster.hold` for backends whose hosts run on this machine (the local backend). Returns once
+    """:meth:`Cluster.hold` (the cluster's ``session_transport`` says how its hosts reach this process). Returns once
     the slices are held and every host's worker is up; raises :class:`~fray_core.errors.JobFailedError` when
     the session ends before that (e.g. no capacity within the runner's deadline and budgets)."""
     if not isinstance(fresh_process, bool):
         raise TypeError(f"hold: fresh_process: expected True or False, got {fresh_process!r}")
-    core = _Core(cluster, fresh_process)
+    core = _Core(cluster, fresh_process, cluster.session_transport or "unix")
     try:
-        worker = SessionWorker(core.address, "AF_UNIX", core.authkey, fresh_process)
+        worker = SessionWorker(core.address, core.family, core.authkey, fresh_process)
         request = JobRequest(
             name=name if name is not None else "session",
             entrypoint=Entrypoint(callable=worker),

@@ -99,7 +99,7 @@ class LocalCluster(Cluster):
     - ``retry_policy``: backoff and deadlines of the shared runner.
     """
 
-    hosts_on_this_machine = True  # held sessions (Cluster.hold) work here
+    session_transport = "unix"  # held sessions (Cluster.hold): every host runs on this machine
 
     def __init__(
         self,

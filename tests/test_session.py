@@ -307,3 +307,21 @@ def test_process_exit_closes_the_session(tmp_path: Path) -> None:
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert LocalCluster(jobs_dir=str(jobs)).poll(out["job"]).status is JobStatus.SUCCEEDED
     assert not any(pid_alive(p) for p in out["pids"])
+
+
+def test_tcp_transport(cluster: LocalCluster) -> None:
+    """The transport for hosts on other machines (Ray), exercised with local hosts."""
+    cluster.session_transport = "tcp"
+    with cluster.hold(V4) as session:
+        assert session._core.family == "AF_INET"
+        first, second = session.run(remember), session.run(remember)
+    assert [r["pid"] for r in first] == [r["pid"] for r in second] and [r["calls"] for r in second] == [2] * 4
+    assert cluster.poll(session.job_id).status is JobStatus.SUCCEEDED
+
+
+def test_a_backend_without_sessions_says_so(tmp_path: Path) -> None:
+    c = make_cluster(tmp_path, {"v4-16": 1})
+    c.session_transport = None
+    with pytest.raises(NotImplementedError, match="LocalCluster does not support held sessions"):
+        c.hold(V4)
+    c.close()
