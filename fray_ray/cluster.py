@@ -74,6 +74,8 @@ class RayCluster(Cluster):
       is removed by ``close()``, at interpreter exit, or by itself after 10 minutes.
     """
 
+    session_transport = "tcp"  # held sessions (Cluster.hold): the host tasks connect back over TCP
+
     def __init__(
         self,
         address: str | None = "auto",
