@@ -386,11 +386,17 @@ class _Core:
                         except OSError:
                             graceful = False
         if graceful:
-            try:
-                self.cluster.wait(self.job_id, timeout=CLOSE_TIMEOUT)
-                return
-            except FrayError:
-                pass
+            assert att is not None
+            end = time.monotonic() + CLOSE_TIMEOUT
+            while time.monotonic() < end:
+                info = self.cluster.poll(self.job_id)
+                if info.status.is_terminal():
+                    return
+                current = info.current_attempt
+                if current is not None and current.index != att.index:
+                    break  # preempted while exiting: the runner started new workers nobody will talk to
+                with self.cond:
+                    self.cond.wait(self.tick)
         self.cluster.terminate(self.job_id)
 
 

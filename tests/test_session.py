@@ -325,3 +325,32 @@ def test_a_backend_without_sessions_says_so(tmp_path: Path) -> None:
     with pytest.raises(NotImplementedError, match="LocalCluster does not support held sessions"):
         c.hold(V4)
     c.close()
+
+
+def step(i: int) -> tuple[int, str, str]:
+    import time
+
+    time.sleep(0.02)  # simulated work, so the plan's faults land during calls as well as between them
+    return i, os.environ["FRAY_ATTEMPT"], os.environ["TPU_NAME"]
+
+
+@pytest.mark.parametrize("seed", [int(os.environ.get("FRAY_TEST_SEED", "0")) or s for s in (11, 29, 4242)])
+def test_session_calls_survive_seeded_random_preemptions(tmp_path: Path, seed: int) -> None:
+    print(f"chaos seed={seed} (rerun with FRAY_TEST_SEED={seed})")
+    c = make_cluster(tmp_path, {"v4-16": 2})
+    plan = c.fleet.chaos(seed=seed, rate=0.5, attempts=3, max_slices=2, horizon=1.0)
+    budget = 3  # only attempts 0-2 have faults: the session must never run out
+    try:
+        with c.hold(V4, max_retries_preemption=budget) as session:
+            for i in range(30):
+                out = session.run(step, i)
+                assert [o[0] for o in out] == [i] * 4
+                assert len({o[1] for o in out}) == 1  # every host answered from the same attempt
+                names = [o[2] for o in out]
+                assert names[0] == names[1] and names[2] == names[3] and names[0] != names[2]
+        info = c.poll(session.job_id)
+        print(f"preemptions: {info.preemptions}; plan: {plan}")
+        assert info.status is JobStatus.SUCCEEDED and info.preemptions <= budget, (plan, info)
+        assert all(a.outcome is AttemptOutcome.PREEMPTED for a in info.attempts[:-1])
+    finally:
+        c.close()
