@@ -354,3 +354,33 @@ def test_session_calls_survive_seeded_random_preemptions(tmp_path: Path, seed: i
         assert all(a.outcome is AttemptOutcome.PREEMPTED for a in info.attempts[:-1])
     finally:
         c.close()
+
+
+def test_fray_list_status_and_stop_see_the_session(cluster: LocalCluster) -> None:
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("fray")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "fray_core.cli"]
+    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    env["FRAY_JOBS_DIR"] = str(cluster.store.root)
+
+    def fray(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    assert shutil.which(command[0]) or Path(command[0]).exists()
+    with cluster.hold(V4, name="held") as session:
+        pids = session_pids(session.run(remember))
+        listed = fray("list")
+        assert listed.returncode == 0 and session.job_id in listed.stdout, listed.stderr
+        status = fray("status", session.job_id, "--json")
+        assert status.returncode == 0, status.stderr
+        record = json.loads(status.stdout)
+        assert record["status"] == "RUNNING" and record["request"]["kind"] == "session"
+        stopped = fray("stop", session.job_id)  # another process: asks this one to stop through the store
+        assert stopped.returncode == 0, stopped.stderr
+        with pytest.raises(JobFailedError, match="STOPPED"):
+            session.run(remember)
+    assert not any(pid_alive(p) for p in pids)
