@@ -111,11 +111,13 @@ class Cluster(abc.ABC):
         fresh_process: bool = False,
         name: str | None = None,
         environment: EnvironmentConfig | None = None,
+        timeout: float | None = None,
     ) -> Session:
         """Acquire ``resources`` once and keep one worker process per host: a :class:`~fray_core.session.Session`
         (a context manager) whose ``run``/``submit`` send calls to every host. The session is a job (kind
         ``session``) run by the shared runner, with these retry budgets; see :mod:`fray_core.session`.
-        Returns once the slices are held and every host's worker is up.
+        Returns once the slices are held and every host's worker is up; ``timeout`` (seconds) bounds that wait
+        (the session is then stopped and :class:`~fray_core.errors.WaitTimeoutError` raised).
 
         >>> with cluster.hold(ResourceConfig.with_tpu("v4-16", slice_count=2)) as session:  # doctest: +SKIP
         ...     session.run(init_model); session.run(rollout, 8)
@@ -132,6 +134,7 @@ class Cluster(abc.ABC):
             fresh_process=fresh_process,
             name=name,
             environment=environment,
+            timeout=timeout,
         )
 
     def job_context(self) -> JobContext:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fray_core.errors import FrayError, JobFailedError
+from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError
 from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -234,31 +234,39 @@ class _Core:
             for w in self.workers.pop(a).values():
                 w.conn.close()
 
-    def ready(self) -> tuple[int, list[_Worker]]:
-        """The workers of the running attempt, all connected, in (slice, host) order; waits for them."""
+    def ready(self, timeout: float | None = None) -> tuple[int, list[_Worker]]:
+        """The workers of the running attempt, all connected, in (slice, host) order; waits for them (up to
+        ``timeout`` seconds, if given: then the session is stopped and ``WaitTimeoutError`` raised)."""
         seen: dict[int, float] = {}
+        end = None if timeout is None else time.monotonic() + timeout
         while True:
             info = self.cluster.poll(self.job_id)
             if info.status.is_terminal():
                 raise self.ended(info)
             att = info.current_attempt
-            if info.status is JobStatus.RUNNING and att is not None and att.outcome is None:
-                with self.cond:
+            problem: FrayError | None = None
+            with self.cond:
+                if info.status is JobStatus.RUNNING and att is not None and att.outcome is None:
                     self._drop_attempts_before(att.index)
                     ws = self.workers.get(att.index, {})
                     if ws and len(ws) == next(iter(ws.values())).replicas:
                         return att.index, [ws[k] for k in sorted(ws)]
                     first = seen.setdefault(att.index, time.monotonic())
                     if time.monotonic() - first > CONNECT_TIMEOUT:
-                        self.cluster.terminate(self.job_id)
-                        raise FrayError(
+                        problem = FrayError(
                             f"session {self.job_id}: attempt {att.index}'s workers did not all connect within "
                             f"{CONNECT_TIMEOUT:.0f}s ({len(ws)} did); the session was stopped"
                         )
+                if problem is None and end is not None and time.monotonic() >= end:
+                    problem = WaitTimeoutError(
+                        f"session {self.job_id}: not ready after {timeout}s ({info.status.value}: "
+                        f"{info.progress or 'no progress'}); the session was stopped"
+                    )
+                if problem is None:
                     self.cond.wait(self.tick)
-            else:
-                with self.cond:
-                    self.cond.wait(self.tick)
+                    continue
+            self.cluster.terminate(self.job_id)
+            raise problem
 
     def settled(self, attempt: int) -> JobInfo:
         """The job once ``attempt`` has an outcome (or the job ended)."""
@@ -482,12 +490,16 @@ def open_session(
     fresh_process: bool = False,
     name: str | None = None,
     environment: EnvironmentConfig | None = None,
+    timeout: float | None = None,
 ) -> Session:
     """:meth:`Cluster.hold` (the cluster's ``session_transport`` says how its hosts reach this process). Returns once
     the slices are held and every host's worker is up; raises :class:`~fray_core.errors.JobFailedError` when
-    the session ends before that (e.g. no capacity within the runner's deadline and budgets)."""
+    the session ends before that (e.g. no capacity within the runner's deadline and budgets), and
+    :class:`~fray_core.errors.WaitTimeoutError` (after stopping the session) when ``timeout`` seconds pass first."""
     if not isinstance(fresh_process, bool):
         raise TypeError(f"hold: fresh_process: expected True or False, got {fresh_process!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise ValueError(f"hold: timeout: expected seconds > 0 or None, got {timeout!r}")
     core = _Core(cluster, fresh_process, cluster.session_transport or "unix")
     try:
         worker = SessionWorker(core.address, core.family, core.authkey, fresh_process)
@@ -500,7 +512,7 @@ def open_session(
             max_retries_failure=max_retries_failure,
         )
         core.job_id = str(cluster.launch(request))
-        core.ready()  # the slices are held and every host's worker is up (or the session ended: raises)
+        core.ready(timeout)  # the slices are held and every host's worker is up (or the session ended: raises)
     except BaseException:
         core.close()
         raise

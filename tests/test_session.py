@@ -384,3 +384,21 @@ def test_fray_list_status_and_stop_see_the_session(cluster: LocalCluster) -> Non
         with pytest.raises(JobFailedError, match="STOPPED"):
             session.run(remember)
     assert not any(pid_alive(p) for p in pids)
+
+
+def test_hold_timeout_stops_a_session_that_cannot_start(tmp_path: Path) -> None:
+    from fray_core import WaitTimeoutError
+
+    c = make_cluster(tmp_path, {"v4-16": 1})
+    try:
+        with c.hold(ResourceConfig.with_tpu("v4-16")) as busy:  # the only slice is held
+            with pytest.raises(WaitTimeoutError, match="not ready after 0.5s") as e:
+                c.hold(ResourceConfig.with_tpu("v4-16"), timeout=0.5)
+            assert "waiting for" in str(e.value)
+            (waiting,) = [i for i in c.list_jobs() if i.job_id != busy.job_id]
+            assert waiting.status is JobStatus.STOPPED
+            assert busy.slices == ["v4-16-0"]
+        with pytest.raises(ValueError, match="timeout"):
+            c.hold(V4, timeout=0)
+    finally:
+        c.close()
