@@ -42,13 +42,14 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from multiprocessing.connection import Connection, Listener, wait
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -67,6 +68,8 @@ CONNECT_TIMEOUT = 300.0
 SETTLE_TIMEOUT = 120.0
 #: how long ``close()`` waits for idle workers to exit before terminating the job
 CLOSE_TIMEOUT = 30.0
+#: how long a connecting peer has to complete the authentication and say who it is
+HANDSHAKE_TIMEOUT = 30.0
 _TICK = 0.05  # granularity of the waits on state owned by the job's supervisor (poll)
 
 
@@ -101,6 +104,11 @@ class RemoteCallError(FrayError):
 
     def __str__(self) -> str:  # not the user's __str__ when this is also an instance of their class
         return str(self.args[0]) if self.args else ""
+
+
+def _recv_timeout(sock: socket.socket, seconds: float) -> None:
+    """``SO_RCVTIMEO`` (0: none): unlike ``settimeout`` it also bounds reads on the raw fd a Connection makes."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(seconds), 0))
 
 
 def _this_machine_address() -> str:
@@ -188,8 +196,12 @@ class _Core:
             self.address = (_this_machine_address(), 0)
         else:
             raise ValueError(f"hold: session transport {transport!r}; allowed: 'unix', 'tcp'")
-        self.listener = Listener(self.address, family=self.family, authkey=self.authkey)
-        self.address = self.listener.address  # the port the system chose
+        self.sock = socket.socket(socket.AF_UNIX if transport == "unix" else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(self.address)
+        self.sock.listen(64)
+        self.address = self.sock.getsockname()  # the port the system chose
+        if isinstance(self.address, list):
+            self.address = tuple(self.address)
         self.tick = _TICK if transport == "unix" else 0.2  # remote backends' poll() costs more
         self.job_id = ""
         self.cond = threading.Condition()
@@ -205,29 +217,42 @@ class _Core:
     # ------------------------------------------------------------------------------------- workers
 
     def _accept(self) -> None:
-        while True:
+        while not self._stopping:
             try:
-                conn = self.listener.accept()
-            except Exception:
+                sock, _ = self.sock.accept()
+            except OSError:
                 if self._stopping:
                     return
-                continue  # a failed handshake: not one of ours
+                continue
+            if self._stopping:
+                sock.close()
+                return
+            # The handshake runs in its own thread, with a receive deadline, so a peer that connects and says
+            # nothing (anyone can, over TCP) holds up only itself, never the workers that connect after it.
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True, name="fray-session-hello").start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        _recv_timeout(sock, HANDSHAKE_TIMEOUT)
+        sock.setblocking(True)
+        conn = Connection(sock.detach())
+        try:
+            # mutual HMAC challenge with the session's key, before anything from the peer is unpickled
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+            kind, hello = conn.recv()
+            assert kind == "hello"
+            w = _Worker(conn, hello["attempt"], hello["slice"], hello["host"], hello["replicas"], hello["pid"])
+            with socket.socket(fileno=os.dup(conn.fileno())) as dup:
+                _recv_timeout(dup, 0)  # an idle worker waits for its next call as long as the session lives
+        except Exception:
+            conn.close()
+            return
+        with self.cond:
             if self._stopping:
                 conn.close()
                 return
-            try:
-                if not conn.poll(30):
-                    conn.close()
-                    continue
-                kind, hello = conn.recv()
-                assert kind == "hello"
-                w = _Worker(conn, hello["attempt"], hello["slice"], hello["host"], hello["replicas"], hello["pid"])
-            except Exception:
-                conn.close()
-                continue
-            with self.cond:
-                self.workers.setdefault(w.attempt, {})[(w.slice, w.host)] = w
-                self.cond.notify_all()
+            self.workers.setdefault(w.attempt, {})[(w.slice, w.host)] = w
+            self.cond.notify_all()
 
     def _drop_attempts_before(self, attempt: int) -> None:
         for a in [a for a in self.workers if a < attempt]:
@@ -362,10 +387,8 @@ class _Core:
                 self._end_job()
         finally:
             self._stopping = True
-            try:  # wake the acceptor: a connection that fails the handshake
-                with socket.socket(socket.AF_UNIX if self.family == "AF_UNIX" else socket.AF_INET) as s:
-                    s.settimeout(5)
-                    s.connect(self.address)
+            try:  # wake the acceptor
+                self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             self._acceptor.join(5)
@@ -374,7 +397,7 @@ class _Core:
                     for w in ws.values():
                         w.conn.close()
                 self.workers.clear()
-            self.listener.close()
+            self.sock.close()
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _end_job(self) -> None:

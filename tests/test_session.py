@@ -319,6 +319,25 @@ def test_tcp_transport(cluster: LocalCluster) -> None:
     assert cluster.poll(session.job_id).status is JobStatus.SUCCEEDED
 
 
+def test_strangers_on_the_socket_do_not_disturb_the_session(cluster: LocalCluster) -> None:
+    """Over TCP anyone can connect: a peer without the key is refused, a silent one holds up only itself."""
+    import socket
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    cluster.session_transport = "tcp"
+    with cluster.hold(V4, max_retries_preemption=1) as session:
+        address = session._core.address
+        silent = socket.create_connection(address)  # connects, never authenticates
+        with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
+            Client(address, family="AF_INET", authkey=b"not the session's key")
+        cluster.fleet.preempt("v4-16-0", restore_after=None)  # the new workers must get through meanwhile
+        out = session.run(remember)
+        silent.close()
+    assert {r["FRAY_ATTEMPT"] for r in out} == {"1"}
+    assert [r["TPU_NAME"] for r in out] == ["v4-16-1", "v4-16-1", "v4-16-2", "v4-16-2"]
+
+
 def test_a_backend_without_sessions_says_so(tmp_path: Path) -> None:
     c = make_cluster(tmp_path, {"v4-16": 1})
     c.session_transport = None
