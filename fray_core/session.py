@@ -467,9 +467,13 @@ class Session:
         time, in the order submitted. ``fn`` and the arguments must pickle (checked here, in the caller)."""
         import cloudpickle
 
+        from fray_core.decorator import JobFunction
+
         core = self._core
         if core.closed:
             raise FrayError(f"session {self.job_id} is closed")
+        if isinstance(fn, JobFunction):
+            fn = fn.local  # an @job function runs on the session's hosts, not as a job of its own
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as e:

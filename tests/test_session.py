@@ -18,6 +18,7 @@ from fray_core import (
     JobStatus,
     RemoteCallError,
     ResourceConfig,
+    job,
     worker_state,
 )
 from fray_core.records import pid_alive
@@ -97,6 +98,17 @@ def test_calls_reuse_the_same_host_processes_and_their_state(cluster: LocalClust
     assert not any(pid_alive(p) for p in session_pids(first))
     log = "\n".join(cluster.logs(session.job_id))
     assert "session call 0: test_session:remember" in log and "session call 1:" in log
+
+
+@job(tpu="v4-16", slices=2)
+def decorated() -> str:
+    return os.environ["TPU_NAME"]
+
+
+def test_a_job_function_sent_to_a_session_runs_on_its_hosts(cluster: LocalCluster) -> None:
+    with cluster.hold(V4) as session:
+        assert session.run(decorated) == ["v4-16-0", "v4-16-0", "v4-16-1", "v4-16-1"]
+    assert [i.job_id for i in cluster.list_jobs()] == [session.job_id]  # no job of its own
 
 
 def test_cpu_gang_session_without_a_fleet(tmp_path: Path) -> None:
