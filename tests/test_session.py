@@ -236,7 +236,9 @@ def test_close_during_a_call_kills_the_workers(cluster: LocalCluster, tmp_path: 
     markers.mkdir()
     session = cluster.hold(V4)
     fut = session.submit(mark_then_block, str(markers))
-    helpers.wait_for(lambda: len(list(markers.iterdir())) == 4, 60, "the call to run on every host")
+    helpers.wait_for(  # every host wrote its pid (a marker may exist a moment before its content)
+        lambda: len([p for p in markers.iterdir() if p.read_text()]) == 4, 60, "the call to run on every host"
+    )
     pids = {int(p.read_text()) for p in markers.iterdir()}
     session.close()
     assert cluster.poll(session.job_id).status is JobStatus.STOPPED
