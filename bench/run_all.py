@@ -26,6 +26,7 @@ SCRIPTS = [  # (script, what it measures, needs ray)
     ("import_cost.py", "Import cost", False),
     ("runner_scale.py", "Runner at fleet scale (in-memory provider, fake clock)", False),
     ("local_backend.py", "Local backend vs multiprocessing", False),
+    ("session_calls.py", "Held session calls vs fresh launches (local)", False),
     ("ray_gang_launch.py", "Gang launch on Ray vs a hand-written placement group", True),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
 ]

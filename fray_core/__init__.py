@@ -46,6 +46,11 @@ _LAZY: dict[str, str] = {
     "current_cluster": "fray_core.cluster",
     "fray_job_ctx": "fray_core.cluster",
     "get_tpu_spec": "fray_core.tpu",
+    "job": "fray_core.decorator",
+    "worker_state": "fray_core.session",
+    "Session": "fray_core.session",
+    "RemoteCallError": "fray_core.session",
+    "JobFunction": "fray_core.decorator",
     "parse_size": "fray_core.types",
     "parse_spec": "fray_core.cluster",
     "register_backend": "fray_core.cluster",
@@ -66,6 +71,8 @@ if TYPE_CHECKING:
         using_cluster,
     )
     from fray_core.context import JobContext
+    from fray_core.decorator import JobFunction, job
+    from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.errors import (
         FrayError,
         JobFailedError,
@@ -106,12 +113,15 @@ __all__ = [
     "GpuConfig",
     "JobContext",
     "JobFailedError",
+    "JobFunction",
     "JobId",
     "JobInfo",
     "JobNotFoundError",
     "JobRequest",
     "JobStatus",
+    "RemoteCallError",
     "ResourceConfig",
+    "Session",
     "TpuConfig",
     "TpuSpec",
     "UnknownBackendError",
@@ -122,12 +132,14 @@ __all__ = [
     "current_cluster",
     "fray_job_ctx",
     "get_tpu_spec",
+    "job",
     "parse_size",
     "parse_spec",
     "register_backend",
     "set_current_cluster",
     "tpu_types",
     "using_cluster",
+    "worker_state",
 ]
 
 

@@ -35,6 +35,8 @@ from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
+    from fray_core.session import Session
+    from fray_core.types import EnvironmentConfig, ResourceConfig
 
 __all__ = [
     "Cluster",
@@ -115,6 +117,46 @@ class Cluster(abc.ABC):
         raise FrayError(
             f"{type(self).__name__} cannot keep a job running after the launching process exits (it has no "
             "detached launch); launch it with the Python API (cluster.launch + cluster.wait) in a process that stays"
+        )
+
+    #: how a held session's host workers reach this client: ``"unix"`` (every host runs on this machine: a Unix
+    #: socket in a private dir), ``"tcp"`` (hosts on other machines: TCP on this machine's address), ``None``
+    #: (``hold`` is not supported). Both are authenticated (HMAC challenge with a per-session key).
+    session_transport: str | None = None
+
+    def hold(
+        self,
+        resources: ResourceConfig,
+        *,
+        max_retries_preemption: int = 100,
+        max_retries_failure: int = 0,
+        fresh_process: bool = False,
+        name: str | None = None,
+        environment: EnvironmentConfig | None = None,
+        timeout: float | None = None,
+    ) -> Session:
+        """Acquire ``resources`` once and keep one worker process per host: a :class:`~fray_core.session.Session`
+        (a context manager) whose ``run``/``submit`` send calls to every host. The session is a job (kind
+        ``session``) run by the shared runner, with these retry budgets; see :mod:`fray_core.session`.
+        Returns once the slices are held and every host's worker is up; ``timeout`` (seconds) bounds that wait
+        (the session is then stopped and :class:`~fray_core.errors.WaitTimeoutError` raised).
+
+        >>> with cluster.hold(ResourceConfig.with_tpu("v4-16", slice_count=2)) as session:  # doctest: +SKIP
+        ...     session.run(init_model); session.run(rollout, 8)
+        """
+        if self.session_transport is None:
+            raise NotImplementedError(f"hold: {type(self).__name__} does not support held sessions yet")
+        from fray_core.session import open_session
+
+        return open_session(
+            self,
+            resources,
+            max_retries_preemption=max_retries_preemption,
+            max_retries_failure=max_retries_failure,
+            fresh_process=fresh_process,
+            name=name,
+            environment=environment,
+            timeout=timeout,
         )
 
     def job_context(self) -> JobContext:

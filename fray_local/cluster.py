@@ -104,6 +104,8 @@ class LocalCluster(Cluster):
     - ``retry_policy``: backoff and deadlines of the shared runner.
     """
 
+    session_transport = "unix"  # held sessions (Cluster.hold): every host runs on this machine
+
     def __init__(
         self,
         fleet: TpuFleet | None = None,

@@ -75,6 +75,7 @@ class RayCluster(Cluster):
     """
 
     jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
+    session_transport = "tcp"  # held sessions (Cluster.hold): the host tasks connect back over TCP
 
     def __init__(
         self,
