@@ -85,6 +85,11 @@ class JobFunction(Generic[R]):
         """The plain function, called in this process (no job, no cluster)."""
         return self._fn(*args, **kwargs)
 
+    @property
+    def __fray_host_callable__(self) -> Callable[..., R]:
+        """What runs on a host when this is sent to a held session: the plain function, not a job of its own."""
+        return self._fn
+
     def __repr__(self) -> str:
         return f"<fray job {getattr(self._fn, '__module__', '?')}.{getattr(self._fn, '__qualname__', '?')}>"
 

@@ -467,13 +467,11 @@ class Session:
         time, in the order submitted. ``fn`` and the arguments must pickle (checked here, in the caller)."""
         import cloudpickle
 
-        from fray_core.decorator import JobFunction
-
         core = self._core
         if core.closed:
             raise FrayError(f"session {self.job_id} is closed")
-        if isinstance(fn, JobFunction):
-            fn = fn.local  # an @job function runs on the session's hosts, not as a job of its own
+        # an @job function (fray_core.decorator.JobFunction) runs on the session's hosts, not as a job of its own
+        fn = getattr(fn, "__fray_host_callable__", fn)
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as e:

@@ -291,15 +291,22 @@ class HostProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def kill(self) -> None:
-        """Kill the host and every descendant; if the guardian does not exit in time, kill its group."""
+    def kill(self, wait: bool = False) -> None:
+        """Kill the host and every descendant; if the guardian does not exit in time, kill its group.
+
+        With ``wait``, return only once the guardian has exited (at most ``TEARDOWN_GRACE``): a simulated
+        preemption has killed its hosts when ``TpuFleet.preempt`` returns, as a real one has.
+        """
         if self.proc is None or self.done.is_set():
             return
         self.signal(HARD_STOP)
         if not LINUX:
             self._kill_group()
             return
-        threading.Thread(target=self._backstop, daemon=True, name=f"fray-kill-{self.tag}").start()
+        if wait:
+            self._backstop()
+        else:
+            threading.Thread(target=self._backstop, daemon=True, name=f"fray-kill-{self.tag}").start()
 
     def _backstop(self) -> None:
         assert self.proc is not None

@@ -115,7 +115,7 @@ class LocalSliceProvider:
 
     def _preempt_host(self, host: HostProcess) -> None:
         host.preempted = True
-        host.kill()
+        host.kill(wait=True)  # gone when the fleet's preempt() returns: no call reaches a preempted host
 
     def _notify(self) -> None:
         with self._cond:
