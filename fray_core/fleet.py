@@ -284,7 +284,7 @@ class Fleet:
     - ``waiter_ttl``: how long a holder keeps its place in the queue without asking again.
     - ``quarantine_after``, ``quarantine_window``, ``quarantine_for``: after that many device failures of
       one host (:meth:`device_failed`) within the window, its slice is handed to no one for
-      ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a recent device failure are
+      ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a device failure within the window are
       handed out last.
     """
 
@@ -428,12 +428,18 @@ class Fleet:
                 queue.pop(holder, None)
             raise self.unschedulable(wanted, spec.name, permanent=True)
         free: Mapping[Slice, None] = self._free.get(spec.name, {})
-        key = _by_index
+        key: Callable[[Slice], Any] = _by_index
         if self._quarantined:
             self._lift_expired()
             free = {sl: None for sl in free if sl.quarantined_until is None}
         if any(sl.device_failures for sl in free) if self._suspects else False:
-            key = _healthy_first  # attempts prefer slices without a recent device failure
+            # attempts prefer slices without a device failure within the quarantine window
+            cutoff = self.clock.now() - self.quarantine_window
+
+            def key(sl: Slice) -> tuple[bool, int]:
+                recent = sl.device_failures is not None and any(t[-1] >= cutoff for t in sl.device_failures.values())
+                return (recent, sl.index)
+
         avail = len(free)
         if queue:
             avail -= self._reserved_ahead(queue, holder)
@@ -797,10 +803,6 @@ class Fleet:
 
 def _by_index(sl: Slice) -> int:
     return sl.index
-
-
-def _healthy_first(sl: Slice) -> tuple[bool, int]:
-    return (bool(sl.device_failures), sl.index)
 
 
 def _span(seconds: float) -> str:
