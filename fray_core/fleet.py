@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, Union
@@ -315,7 +316,7 @@ class Fleet:
         self._free: dict[str, dict[Slice, None]] = {}  # per type: the free slices
         self._counts: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
         # per type: the holders waiting for slices, oldest first (the fair queue, see try_acquire)
-        self._queues: dict[str, dict[str, _Waiter]] = {}
+        self._queues: dict[str, _Queue] = {}
         self.waiter_ttl = waiter_ttl
         if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
             raise ValueError(f"{name}: quarantine_after must be an int >= 1, got {quarantine_after!r}")
@@ -425,67 +426,50 @@ class Fleet:
         queue = self._queues.get(spec.name)
         if existing < wanted[-1]:
             if queue:
-                queue.pop(holder, None)
+                queue.leave(holder)
             raise self.unschedulable(wanted, spec.name, permanent=True)
         free: Mapping[Slice, None] = self._free.get(spec.name, {})
-        key: Callable[[Slice], Any] = _by_index
+        avail = len(free)
         if self._quarantined:
             self._lift_expired()
-            free = {sl: None for sl in free if sl.quarantined_until is None}
-        if any(sl.device_failures for sl in free) if self._suspects else False:
-            # attempts prefer slices without a device failure within the quarantine window
+            avail -= sum(1 for sl in self._quarantined if sl.state == "free" and sl.tpu_type == spec.name)
+        if queue:
+            avail -= queue.reserved_ahead(holder, self.clock.now())
+        for c in wanted:
+            if avail >= c:
+                if queue:
+                    queue.leave(holder)
+                return [self._take(sl, holder) for sl in self._pick(free, c)]
+        if queue is None:
+            queue = self._queues[spec.name] = _Queue()
+        queue.join(holder, wanted[0], self.clock.now() + self.waiter_ttl)
+        return None
+
+    def _pick(self, free: Mapping[Slice, None], c: int) -> list[Slice]:
+        """``c`` of the free slices: not quarantined, those without a device failure within the quarantine
+        window first, then lowest numbered."""
+        key: Callable[[Slice], Any] = _by_index
+        pool: Any = free
+        if self._quarantined:
+            pool = [sl for sl in free if sl.quarantined_until is None]
+        if self._suspects and any(sl.device_failures for sl in pool):
             cutoff = self.clock.now() - self.quarantine_window
 
             def key(sl: Slice) -> tuple[bool, int]:
                 recent = sl.device_failures is not None and any(t[-1] >= cutoff for t in sl.device_failures.values())
                 return (recent, sl.index)
 
-        avail = len(free)
-        if queue:
-            avail -= self._reserved_ahead(queue, holder)
-        for c in wanted:
-            if avail >= c:
-                take = heapq.nsmallest(c, free, key=key) if c < len(free) else sorted(free, key=key)
-                if queue:
-                    queue.pop(holder, None)
-                return [self._take(sl, holder) for sl in take]
-        if queue is None:
-            queue = self._queues[spec.name] = {}
-        expires = self.clock.now() + self.waiter_ttl
-        w = queue.get(holder)
-        if w is None:
-            queue[holder] = _Waiter(wanted[0], expires)
-        else:
-            w.need, w.expires = wanted[0], expires
-        return None
-
-    def _reserved_ahead(self, queue: dict[str, _Waiter], holder: str) -> int:
-        """Slices reserved for the waiters ahead of ``holder`` (all of them if it is not in line); drops
-        the waiters that stopped asking."""
-        now = self.clock.now()
-        reserved = 0
-        expired = []
-        for h, w in queue.items():
-            if h == holder:
-                break
-            if w.expires < now:
-                expired.append(h)
-            else:
-                reserved += w.need
-        for h in expired:
-            del queue[h]
-        return reserved
+        return heapq.nsmallest(c, pool, key=key) if c < len(pool) else sorted(pool, key=key)
 
     def queue(self, tpu_type: str) -> list[str]:
         """The holders waiting for slices of a type, oldest first."""
-        q = self._queues.get(get_tpu_spec(tpu_type).name) or {}
-        now = self.clock.now()
-        return [h for h, w in q.items() if w.expires >= now]
+        q = self._queues.get(get_tpu_spec(tpu_type).name)
+        return q.members(self.clock.now()) if q is not None else []
 
     def leave_queue(self, holder: str) -> None:
         """``holder`` stops waiting (e.g. its job was terminated), so it no longer holds younger ones back."""
         for q in self._queues.values():
-            q.pop(holder, None)
+            q.leave(holder)
 
     def take(self, slice_name: str, holder: str) -> FleetLease:
         """Acquire one named free slice (e.g. another job occupying it)."""
@@ -811,6 +795,61 @@ def _span(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+class _Queue:
+    """The holders waiting for slices of one type, oldest first, with the total they reserve (so a newcomer
+    costs O(1), and a waiter O(its place in line)). Entries not renewed by their ``expires`` are dropped
+    when met; ``next_expiry`` is a lower bound of every entry's expiry (renewals only move them later), so
+    no scan is needed before then."""
+
+    __slots__ = ("waiters", "total", "next_expiry")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, _Waiter] = {}
+        self.total = 0
+        self.next_expiry = math.inf
+
+    def __bool__(self) -> bool:
+        return bool(self.waiters)
+
+    def join(self, holder: str, need: int, expires: float) -> None:
+        w = self.waiters.get(holder)
+        if w is None:
+            self.waiters[holder] = _Waiter(need, expires)
+            self.total += need
+        else:
+            self.total += need - w.need
+            w.need, w.expires = need, expires
+        self.next_expiry = min(self.next_expiry, expires)
+
+    def leave(self, holder: str) -> None:
+        w = self.waiters.pop(holder, None)
+        if w is not None:
+            self.total -= w.need
+
+    def _purge(self, now: float) -> None:
+        if now <= self.next_expiry:
+            return
+        for h in [h for h, w in self.waiters.items() if w.expires < now]:
+            self.leave(h)
+        self.next_expiry = min((w.expires for w in self.waiters.values()), default=math.inf)
+
+    def reserved_ahead(self, holder: str, now: float) -> int:
+        """Slices reserved for the waiters ahead of ``holder`` (all of them when it is not in line)."""
+        self._purge(now)
+        if holder not in self.waiters:
+            return self.total
+        reserved = 0
+        for h, w in self.waiters.items():
+            if h == holder:
+                break
+            reserved += w.need
+        return reserved
+
+    def members(self, now: float) -> list[str]:
+        self._purge(now)
+        return list(self.waiters)
 
 
 class _Waiter:
