@@ -285,8 +285,8 @@ class Fleet:
     - ``waiter_ttl``: how long a holder keeps its place in the queue without asking again.
     - ``quarantine_after``, ``quarantine_window``, ``quarantine_for``: after that many device failures of
       one host (:meth:`device_failed`) within the window, its slice is handed to no one for
-      ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a device failure within the window are
-      handed out last.
+      ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a device failure on record
+      (until repaired) are handed out last.
     """
 
     def __init__(
@@ -314,6 +314,14 @@ class Fleet:
         self.on_dirt = on_dirt
         self._slices: dict[str, Slice] = {}
         self._free: dict[str, dict[Slice, None]] = {}  # per type: the free slices
+        # per type: the slices by index, and heaps of the indexes of free slices: healthy ones, and those
+        # with a device failure on record (handed out last); quarantined ones are in neither. Lazy: an
+        # entry whose slice is no longer free (or moved) is dropped when met. Handing out c slices costs
+        # O(c log n).
+        self._by_type: dict[str, list[Slice]] = {}
+        self._free_heap: dict[str, list[int]] = {}
+        self._suspect_heap: dict[str, list[int]] = {}
+        self._qfree: dict[str, int] = {}  # per type: free slices in quarantine
         self._counts: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
         # per type: the holders waiting for slices, oldest first (the fair queue, see try_acquire)
         self._queues: dict[str, _Queue] = {}
@@ -327,7 +335,6 @@ class Fleet:
         self.quarantine_window = float(quarantine_window)
         self.quarantine_for = float(quarantine_for)
         self._quarantined: dict[Slice, None] = {}  # slices in quarantine now
-        self._suspects = 0  # slices with a device failure on record (to skip the check when none)
         for tpu_type, n in (capacity or {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or n < min_count:
                 raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {n!r}")
@@ -343,12 +350,18 @@ class Fleet:
         spec = get_tpu_spec(tpu_type)
         counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
         free = self._free.setdefault(spec.name, {})
+        by_index = self._by_type.setdefault(spec.name, [])
+        heap = self._free_heap.setdefault(spec.name, [])
+        self._suspect_heap.setdefault(spec.name, [])
+        self._qfree.setdefault(spec.name, 0)
         first = sum(counts.values())
         out = []
         for i in range(first, first + n):
             sl = Slice(f"{spec.name}-{i}", spec.name, spec.hosts, i)
             self._slices[sl.name] = sl
             free[sl] = None
+            by_index.append(sl)
+            heapq.heappush(heap, i)
             out.append(sl)
         counts["free"] += n
         return out
@@ -385,6 +398,7 @@ class Fleet:
         return text + (f", {len(q)} quarantined ({', '.join(sl.name for sl in q)})" if q else "")
 
     def _set_state(self, sl: Slice, state: str) -> None:
+        prev = sl.state
         counts = self._counts[sl.tpu_type]
         counts[sl.state] -= 1
         counts[state] += 1
@@ -393,6 +407,15 @@ class Fleet:
         elif state == "free":
             self._free[sl.tpu_type][sl] = None
         sl.state = state
+        if sl.quarantined_until is not None:
+            if state == "free" or prev == "free":
+                self._qfree[sl.tpu_type] += 1 if state == "free" else -1
+        elif state == "free":
+            self._push_free(sl)
+
+    def _push_free(self, sl: Slice) -> None:
+        heaps = self._suspect_heap if sl.device_failures is not None else self._free_heap
+        heapq.heappush(heaps[sl.tpu_type], sl.index)
 
     # ----------------------------------------------------------------------------------- acquisition
 
@@ -431,35 +454,39 @@ class Fleet:
         free: Mapping[Slice, None] = self._free.get(spec.name, {})
         avail = len(free)
         if self._quarantined:
-            self._lift_expired()
-            avail -= sum(1 for sl in self._quarantined if sl.state == "free" and sl.tpu_type == spec.name)
+            avail -= self._qfree[spec.name]
         if queue:
             avail -= queue.reserved_ahead(holder, self.clock.now())
         for c in wanted:
             if avail >= c:
                 if queue:
                     queue.leave(holder)
-                return [self._take(sl, holder) for sl in self._pick(free, c)]
+                return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
         if queue is None:
             queue = self._queues[spec.name] = _Queue()
         queue.join(holder, wanted[0], self.clock.now() + self.waiter_ttl)
         return None
 
-    def _pick(self, free: Mapping[Slice, None], c: int) -> list[Slice]:
-        """``c`` of the free slices: not quarantined, those without a device failure within the quarantine
-        window first, then lowest numbered."""
-        key: Callable[[Slice], Any] = _by_index
-        pool: Any = free
-        if self._quarantined:
-            pool = [sl for sl in free if sl.quarantined_until is None]
-        if self._suspects and any(sl.device_failures for sl in pool):
-            cutoff = self.clock.now() - self.quarantine_window
-
-            def key(sl: Slice) -> tuple[bool, int]:
-                recent = sl.device_failures is not None and any(t[-1] >= cutoff for t in sl.device_failures.values())
-                return (recent, sl.index)
-
-        return heapq.nsmallest(c, pool, key=key) if c < len(pool) else sorted(pool, key=key)
+    def _pick(self, tpu_type: str, c: int) -> list[Slice]:
+        """``c`` free slices that are not quarantined: healthy ones first, then those with a device failure
+        on record, lowest numbered first in each. The caller made sure there are enough."""
+        by_index = self._by_type[tpu_type]
+        chosen: list[Slice] = []
+        seen: set[int] = set()
+        for heap, suspect in ((self._free_heap[tpu_type], False), (self._suspect_heap[tpu_type], True)):
+            while len(chosen) < c and heap:
+                i = heapq.heappop(heap)
+                sl = by_index[i]
+                if (
+                    i in seen
+                    or sl.state != "free"
+                    or sl.quarantined_until is not None
+                    or (sl.device_failures is not None) is not suspect
+                ):
+                    continue  # stale: taken, quarantined, or moved to the other heap
+                seen.add(i)
+                chosen.append(sl)
+        return chosen
 
     def queue(self, tpu_type: str) -> list[str]:
         """The holders waiting for slices of a type, oldest first."""
@@ -639,7 +666,8 @@ class Fleet:
         sl = self._set_health(slice_name, host, HostHealth.HEALTHY)
         if sl.device_failures and sl.device_failures.pop(host, None) is not None and not sl.device_failures:
             sl.device_failures = None
-            self._suspects -= 1
+            if sl.state == "free" and sl.quarantined_until is None:
+                self._push_free(sl)
         if sl.quarantined_until is not None:
             self._lift(sl, sl.quarantined_until)
         if self.on_dirt is not None:
@@ -686,7 +714,8 @@ class Fleet:
         now = self.clock.now()
         if sl.device_failures is None:
             sl.device_failures = {}
-            self._suspects += 1
+            if sl.state == "free" and sl.quarantined_until is None:
+                self._push_free(sl)
         times = [t for t in sl.device_failures.get(host, ()) if t >= now - self.quarantine_window] + [now]
         sl.device_failures[host] = times
         if len(times) < self.quarantine_after or sl.quarantined_until is not None:
@@ -696,6 +725,8 @@ class Fleet:
         sl.quarantine_note = f"{what} {count} in {_span(now - times[0])}"
         until = sl.quarantined_until = now + self.quarantine_for
         self._quarantined[sl] = None
+        if sl.state == "free":
+            self._qfree[sl.tpu_type] += 1
         self.clock.call_later(self.quarantine_for, self._lift, sl, until)
         return True
 
@@ -711,6 +742,9 @@ class Fleet:
         if sl.quarantined_until == until:
             sl.quarantined_until = None
             self._quarantined.pop(sl, None)
+            if sl.state == "free":
+                self._qfree[sl.tpu_type] -= 1
+                self._push_free(sl)
 
     def _lift_expired(self) -> None:
         now = self.clock.now()
