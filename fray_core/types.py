@@ -705,7 +705,11 @@ class Goodput:
 
     @staticmethod
     def of(
-        attempts: Sequence[Attempt], submitted_at: float, finished_at: float, chips_per_slice: int = 0, chips_wanted: int = 0
+        attempts: Sequence[Attempt],
+        submitted_at: float,
+        finished_at: float,
+        chips_per_slice: int = 0,
+        chips_wanted: int = 0,
     ) -> Goodput:
         """Computed from a job's attempts: each attempt's time holding slices (``acquired_at`` to
         ``ended_at``) is productive for a SUCCEEDED attempt and lost otherwise; the rest of the wall time is
