@@ -21,7 +21,10 @@ Goal: full size < 2 s and < 300 MB.
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -88,12 +91,135 @@ def scenario(slices: int, preemptions: int, per_attempt: int, profile: str | Non
     }
 
 
+# ------------------------------------------------------------------------------- the fleet-queue case
+
+QUEUE_TYPE = "v4-8"  # 1 host per slice
+
+
+def queue_scenario(jobs: int, slices: int, seed: int = 0) -> dict[str, Any]:
+    """``jobs`` jobs of 1, 2 or 4 slices arrive over time and compete for ``slices`` slices of one fleet
+    model (``fray_core.fleet.Fleet``) on a fake clock: the fair queue (FCFS with reservation), preemptions
+    (5% of runs lose a slice midway and the job queues again; the slice comes back after 30 s) and
+    quarantine (1% of the slices have a broken host: a start there fails, the host's device failures are
+    reported, and after two the slice is quarantined). Waiters ask in queue order whenever something
+    changed, as woken waiters do. Returns figures; checks that every job finished."""
+    import random
+
+    from fray_core.fleet import Fleet
+    from fray_core.testing import FakeClock
+
+    rng = random.Random(seed)
+    clock = FakeClock()
+    fleet = Fleet({QUEUE_TYPE: slices}, clock, waiter_ttl=math.inf)
+    for k in rng.sample(range(slices), max(1, slices // 100)):
+        fleet.break_host(f"{QUEUE_TYPE}-{k}", 0)
+    sizes = [1, 1, 1, 2, 4]
+    horizon = jobs * 0.1  # about twice as many slices asked for as the fleet has: a queue forms
+    arrive = sorted((rng.uniform(0, horizon), i) for i in range(jobs))
+    need = {i: [rng.choice(sizes)] for i in range(jobs)}
+    duration = {i: rng.uniform(20.0, 200.0) for i in range(jobs)}
+    events: list[tuple[float, int, str, int]] = []  # (time, seq, kind, job)
+    seq = itertools.count()
+    for t, i in arrive:
+        heapq.heappush(events, (t, next(seq), "arrive", i))
+    waiting: dict[str, None] = {}  # who asks, oldest first (the fleet's queue, plus newcomers at the end)
+    held: dict[int, list[Any]] = {}
+    run_of: dict[int, int] = {}  # job -> its current run (to ignore stale end events)
+    starts = preempted = device_failures = 0
+
+    def start(i: int, got: list[Any]) -> None:
+        nonlocal starts, device_failures
+        starts += 1
+        bad = [lease for lease in got if fleet.host_health(lease.slice.name, 0).value == "broken"]
+        if bad:  # the device of a broken host fails at start: the infrastructure's fault, queue again
+            for lease in bad:
+                fleet.device_failed(lease.slice.name, 0)
+            device_failures += len(bad)
+            for lease in got:
+                fleet.release(lease)
+            heapq.heappush(events, (clock.now() + 1.0, next(seq), "arrive", i))
+            return
+        held[i] = got
+        run = run_of[i] = run_of.get(i, 0) + 1
+        if rng.random() < 0.05:
+            heapq.heappush(events, (clock.now() + duration[i] * rng.random(), next(seq), f"preempt:{run}", i))
+        else:
+            heapq.heappush(events, (clock.now() + duration[i], next(seq), f"end:{run}", i))
+
+    def arrive(i: int) -> None:  # a newcomer asks at once: served, or in line (the fleet's queue)
+        got = fleet.try_acquire(str(i), QUEUE_TYPE, need[i])
+        if got is None:
+            waiting[str(i)] = None
+        else:
+            start(i, got)
+
+    def serve() -> None:  # the waiters ask again, oldest first, until one gets nothing (then nobody younger can)
+        while waiting:
+            holder = next(iter(waiting))
+            got = fleet.try_acquire(holder, QUEUE_TYPE, need[int(holder)])
+            if got is None:
+                break
+            del waiting[holder]
+            start(int(holder), got)
+
+    done = 0
+    t0 = time.perf_counter()
+    while events:
+        t, _, kind, i = heapq.heappop(events)
+        clock.advance_to(t)
+        if kind == "arrive":
+            arrive(i)
+        elif kind.startswith(("end:", "preempt:")) and int(kind.split(":")[1]) == run_of.get(i) and i in held:
+            leases = held.pop(i)
+            if kind.startswith("end:"):
+                done += 1
+                for lease in leases:
+                    fleet.release(lease)
+            else:
+                preempted += 1
+                fleet.preempt(leases[0].slice.name, restore_after=30.0)
+                for lease in leases[1:]:
+                    fleet.release(lease)
+                heapq.heappush(events, (t + 1.0, next(seq), "arrive", i))  # the runner backs off, asks again
+                heapq.heappush(events, (t + 30.0, next(seq), "wake", i))  # the slice is back
+        serve()
+        if not events and waiting:  # nothing else will happen but a quarantine ending: move time on
+            due = clock.next_due()
+            if due is not None:
+                heapq.heappush(events, (due, next(seq), "wake", -1))
+    dt = time.perf_counter() - t0
+    assert done == jobs, (done, jobs, len(waiting))
+    return {
+        "seconds": dt,
+        "jobs": jobs,
+        "slices": slices,
+        "starts": starts,
+        "preempted": preempted,
+        "device_failures": device_failures,
+        "quarantined": sum(1 for sl in fleet.slices() if sl.device_failures),
+    }
+
+
 def child(args: argparse.Namespace) -> None:
     """One size in this (fresh) interpreter: a timed run, then a tracemalloc run; prints JSON."""
     import fray_core.runner  # noqa: F401  (imports outside the measurement)
     import fray_core.testing  # noqa: F401
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if args.case == "fleet-queue":
+        import fray_core.fleet  # noqa: F401
+
+        # a run of the small size takes milliseconds: the fastest of 5 (warm) runs, so noise does not decide
+        runs = [queue_scenario(args.jobs, args.slices) for _ in range(5)]
+        out = min(runs, key=lambda r: r["seconds"])
+        out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if args.trace:
+            tracemalloc.start()
+            queue_scenario(args.jobs, args.slices)
+            out["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1024**2
+            tracemalloc.stop()
+        print(json.dumps(out))
+        return
     out = scenario(args.slices, args.preemptions, args.per_attempt, args.profile)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["maxrss_growth_mb"] = out["maxrss_mb"] - rss_before / 1024
@@ -126,13 +252,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=3, help="fresh interpreters per size; the median is shown")
     ap.add_argument("--profile", help="write a cProfile of one full-size run to this file")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--case", choices=["storm", "fleet-queue"], default="storm",
+                    help="storm: one job over every slice (default); fleet-queue: many jobs in the fleet's queue")
+    ap.add_argument("--jobs", type=int, default=1000, help="fleet-queue: jobs (over --slices slices)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         child(args)
         return {}
+    if args.case == "fleet-queue":
+        return queue_main(args)
     if args.smoke:
+        queue_main(argparse.Namespace(**{**vars(args), "jobs": 100, "slices": 100, "repeats": 1}))
         args.slices, args.preemptions, args.per_attempt, args.repeats = 20, 200, 20, 1
     big = (args.slices, args.preemptions, args.per_attempt)
     small = (max(1, args.slices // 10), max(1, args.preemptions // 10), max(1, args.per_attempt // 10))
@@ -174,6 +306,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.profile:
         run_size(*big, profile=args.profile)
         print(f"profile of one full-size run written to {args.profile}")
+    return {"small": s, "big": b}
+
+
+def queue_main(args: argparse.Namespace) -> dict[str, Any]:
+    """The fleet-queue case at full size and at 1/10 (the baseline), in fresh interpreters."""
+
+    def one(jobs: int, slices: int, trace: bool) -> dict[str, Any]:
+        cmd = [sys.executable, __file__, "--child", "--case", "fleet-queue", "--jobs", str(jobs), "--slices", str(slices)]
+        if trace:
+            cmd.append("--trace")
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"runner_scale child failed:\n{out.stdout}\n{out.stderr}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    big = (args.jobs, args.slices)
+    small = (max(1, args.jobs // 10), max(1, args.slices // 10))
+    rows: dict[str, list[dict[str, Any]]] = {"small": [], "big": []}
+    traced: dict[str, float] = {}
+    for i in range(args.repeats):
+        for key, size in (("small", small), ("big", big)):
+            r = one(*size, trace=i == 0)
+            traced.setdefault(key, r.get("traced_peak_mb", 0.0))
+            rows[key].append(r)
+    s, b = (sorted(rows[k], key=lambda r: r["seconds"])[len(rows[k]) // 2] for k in ("small", "big"))
+    s["traced_peak_mb"], b["traced_peak_mb"] = traced["small"], traced["big"]
+    print(
+        f"Fleet queue at scale: fray_core.fleet.Fleet on a fake clock, {QUEUE_TYPE}; jobs of 1/2/4 slices, FCFS with\n"
+        f"reservation, 5% of runs preempted, 1% of slices with a broken host (quarantine); fastest of 5 warm runs,\n"
+        f"median of {args.repeats} fresh interpreter(s)"
+    )
+    print(f"{'size':<26}{'jobs':>6}{'slices':>7}{'starts':>8}{'preempt.':>9}{'dev.fail':>9}{'seconds':>9}{'ratio':>7}{'traced MB':>10}{'maxrss MB':>10}")
+    for label, r in (("1/10 size (baseline)", s), ("full size", b)):
+        print(
+            f"{label:<26}{r['jobs']:>6}{r['slices']:>7}{r['starts']:>8}{r['preempted']:>9}{r['device_failures']:>9}"
+            f"{r['seconds']:>9.3f}{r['seconds'] / s['seconds']:>7.2f}{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
+        )
+    work, tr = b["starts"] / s["starts"], b["seconds"] / s["seconds"]
+    mb = max(b["traced_peak_mb"], b["maxrss_mb"])
+    print(f"work ratio (starts) {work:.1f}x; time ratio {tr:.2f}x; goal: time ratio <= 1.1 x work ratio "
+          f"({'met' if tr <= 1.1 * work else 'MISSED'})")
+    print(f"goal full size: < 5 s -> {b['seconds']:.2f} s ({'met' if b['seconds'] < 5 else 'MISSED'}); "
+          f"< 500 MB -> {mb:.0f} MB ({'met' if mb < 500 else 'MISSED'})")
     return {"small": s, "big": b}
 
 

@@ -26,11 +26,24 @@ class Unschedulable(FrayError):
 
     ``permanent`` is True when the request can never fit (e.g. more slices than the fleet has at all),
     in which case the job fails at once instead of retrying.
+
+    ``held`` is True when the capacity exists but other jobs hold it (or it is reserved for an older
+    job): the runner then keeps the job PENDING, with no attempt and no budget spent, for as long as it
+    takes. False (the default, for a provider that cannot tell) means capacity is missing: after
+    ``schedule_timeout`` the attempt ends UNSCHEDULABLE. ``reason`` is a short text for
+    ``JobInfo.pending_reason`` (the message when not given).
+
+    >>> e = Unschedulable("asked: 2 x v4-16; fleet has: 0 free, 2 busy, 0 preempted", held=True,
+    ...                   reason="queued: 1st for 2 x v4-16; fleet: 0 free, 2 held by job-a")
+    >>> e.held, e.permanent, e.reason.split(";")[0]
+    (True, False, 'queued: 1st for 2 x v4-16')
     """
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, held: bool = False, reason: str | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.held = held
+        self.reason = reason
 
 
 class JobFailedError(FrayError):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, Union
@@ -201,7 +202,10 @@ class Slice:
     """One slice of the fleet. ``state``: ``free``, ``busy`` (held by ``lease``), ``down`` (preempted,
     coming back as a fresh incarnation) or ``gone`` (preempted for good, until restored)."""
 
-    __slots__ = ("name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick")
+    __slots__ = (
+        "name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick",
+        "device_failures", "quarantined_until", "quarantine_note",
+    )  # fmt: skip
 
     def __init__(self, name: str, tpu_type: str, hosts: int, index: int) -> None:
         self.name = name
@@ -213,6 +217,9 @@ class Slice:
         self.preemptions = 0
         self.lease: FleetLease | None = None
         self.sick: dict[int, HostHealth] | None = None  # hosts that are not healthy
+        self.device_failures: dict[int, list[float]] | None = None  # per host: when its device failed (window)
+        self.quarantined_until: float | None = None  # not handed to any job before then
+        self.quarantine_note = ""  # why, e.g. "device error twice in 10 min"
 
     @property
     def holder(self) -> str | None:
@@ -275,6 +282,11 @@ class Fleet:
       keeps a real device lock (the local fleet's lockfile).
     - ``min_count``, ``name``: the smallest count ``capacity`` may give per type, and who to name in the
       error when it is smaller.
+    - ``waiter_ttl``: how long a holder keeps its place in the queue without asking again.
+    - ``quarantine_after``, ``quarantine_window``, ``quarantine_for``: after that many device failures of
+      one host (:meth:`device_failed`) within the window, its slice is handed to no one for
+      ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a device failure on record
+      (until repaired) are handed out last.
     """
 
     def __init__(
@@ -287,6 +299,10 @@ class Fleet:
         on_dirt: Callable[[str, int, bool], None] | None = None,
         min_count: int = 1,
         name: str = "Fleet",
+        waiter_ttl: float = 5.0,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
     ) -> None:
         if clock is None:
             from fray_core.clock import FakeClock
@@ -298,7 +314,27 @@ class Fleet:
         self.on_dirt = on_dirt
         self._slices: dict[str, Slice] = {}
         self._free: dict[str, dict[Slice, None]] = {}  # per type: the free slices
+        # per type: the slices by index, and heaps of the indexes of free slices: healthy ones, and those
+        # with a device failure on record (handed out last); quarantined ones are in neither. Lazy: an
+        # entry whose slice is no longer free (or moved) is dropped when met. Handing out c slices costs
+        # O(c log n).
+        self._by_type: dict[str, list[Slice]] = {}
+        self._free_heap: dict[str, list[int]] = {}
+        self._suspect_heap: dict[str, list[int]] = {}
+        self._qfree: dict[str, int] = {}  # per type: free slices in quarantine
         self._counts: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
+        # per type: the holders waiting for slices, oldest first (the fair queue, see try_acquire)
+        self._queues: dict[str, _Queue] = {}
+        self.waiter_ttl = waiter_ttl
+        if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
+            raise ValueError(f"{name}: quarantine_after must be an int >= 1, got {quarantine_after!r}")
+        for field, value in (("quarantine_window", quarantine_window), ("quarantine_for", quarantine_for)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name}: {field} must be seconds >= 0, got {value!r}")
+        self.quarantine_after = quarantine_after
+        self.quarantine_window = float(quarantine_window)
+        self.quarantine_for = float(quarantine_for)
+        self._quarantined: dict[Slice, None] = {}  # slices in quarantine now
         for tpu_type, n in (capacity or {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or n < min_count:
                 raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {n!r}")
@@ -314,12 +350,18 @@ class Fleet:
         spec = get_tpu_spec(tpu_type)
         counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
         free = self._free.setdefault(spec.name, {})
+        by_index = self._by_type.setdefault(spec.name, [])
+        heap = self._free_heap.setdefault(spec.name, [])
+        self._suspect_heap.setdefault(spec.name, [])
+        self._qfree.setdefault(spec.name, 0)
         first = sum(counts.values())
         out = []
         for i in range(first, first + n):
             sl = Slice(f"{spec.name}-{i}", spec.name, spec.hosts, i)
             self._slices[sl.name] = sl
             free[sl] = None
+            by_index.append(sl)
+            heapq.heappush(heap, i)
             out.append(sl)
         counts["free"] += n
         return out
@@ -346,12 +388,17 @@ class Fleet:
         return sum(c.values()) - c["gone"] if state is None else c[state]
 
     def describe(self, tpu_type: str) -> str:
-        """``"1 free, 1 busy, 0 preempted"`` for a type (``", 2 gone"`` when some are gone for good)."""
-        c = self._counts.get(get_tpu_spec(tpu_type).name) or dict.fromkeys(_STATES, 0)
+        """``"1 free, 1 busy, 0 preempted"`` for a type (``", 2 gone"`` when some are gone for good,
+        ``", 1 quarantined (v4-16-3)"`` when some are in quarantine)."""
+        t = get_tpu_spec(tpu_type).name
+        c = self._counts.get(t) or dict.fromkeys(_STATES, 0)
         text = f"{c['free']} free, {c['busy']} busy, {c['down']} preempted"
-        return text + (f", {c['gone']} gone" if c["gone"] else "")
+        text += f", {c['gone']} gone" if c["gone"] else ""
+        q = self.quarantined(t)
+        return text + (f", {len(q)} quarantined ({', '.join(sl.name for sl in q)})" if q else "")
 
     def _set_state(self, sl: Slice, state: str) -> None:
+        prev = sl.state
         counts = self._counts[sl.tpu_type]
         counts[sl.state] -= 1
         counts[state] += 1
@@ -360,13 +407,38 @@ class Fleet:
         elif state == "free":
             self._free[sl.tpu_type][sl] = None
         sl.state = state
+        if sl.quarantined_until is not None:
+            if state == "free" or prev == "free":
+                self._qfree[sl.tpu_type] += 1 if state == "free" else -1
+        elif state == "free":
+            self._push_free(sl)
+
+    def _push_free(self, sl: Slice) -> None:
+        heaps = self._suspect_heap if sl.device_failures is not None else self._free_heap
+        heapq.heappush(heaps[sl.tpu_type], sl.index)
 
     # ----------------------------------------------------------------------------------- acquisition
 
     def try_acquire(self, holder: str, tpu_type: str, counts: Sequence[int]) -> list[FleetLease] | None:
         """All-or-nothing: leases on the largest count in ``counts`` whose slices are all free now (lowest
         numbered first), or ``None`` when none fits now. Raises ``Unschedulable(permanent=True)`` when no
-        count can ever fit (fewer slices exist than the smallest count)."""
+        count can ever fit (fewer slices exist than the smallest count).
+
+        A fair queue per type: a holder that gets ``None`` waits in line (first come, first served) for as
+        long as it keeps asking (an entry not renewed for ``waiter_ttl`` seconds is dropped: a job that
+        stopped asking). Free slices are reserved for the holders ahead in line (their largest count
+        each: what each of them takes when it fits), so a younger holder gets slices only out of what is
+        left after every older one is served (backfill that delays no older waiter).
+
+        >>> fleet = Fleet({"v4-16": 2})
+        >>> _ = fleet.try_acquire("a", "v4-16", [1])
+        >>> fleet.try_acquire("big", "v4-16", [2]) is None      # waits for a's slice
+        True
+        >>> fleet.try_acquire("small", "v4-16", [1]) is None    # the free slice is held for "big"
+        True
+        >>> fleet.queue("v4-16")
+        ['big', 'small']
+        """
         spec = get_tpu_spec(tpu_type)
         wanted = sorted(set(counts), reverse=True)
         if not wanted:
@@ -374,14 +446,57 @@ class Fleet:
         if self.on_demand and len(self._free.get(spec.name, ())) < wanted[0]:
             self.add_slices(spec.name, wanted[0] - len(self._free.get(spec.name, ())))
         existing = self.count(spec.name)
+        queue = self._queues.get(spec.name)
         if existing < wanted[-1]:
+            if queue:
+                queue.leave(holder)
             raise self.unschedulable(wanted, spec.name, permanent=True)
-        free = self._free.get(spec.name, {})
+        free: Mapping[Slice, None] = self._free.get(spec.name, {})
+        avail = len(free)
+        if self._quarantined:
+            avail -= self._qfree[spec.name]
+        if queue:
+            avail -= queue.reserved_ahead(holder, self.clock.now())
         for c in wanted:
-            if len(free) >= c:
-                take = heapq.nsmallest(c, free, key=_by_index) if c < len(free) else sorted(free, key=_by_index)
-                return [self._take(sl, holder) for sl in take]
+            if avail >= c:
+                if queue:
+                    queue.leave(holder)
+                return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
+        if queue is None:
+            queue = self._queues[spec.name] = _Queue()
+        queue.join(holder, wanted[0], self.clock.now() + self.waiter_ttl)
         return None
+
+    def _pick(self, tpu_type: str, c: int) -> list[Slice]:
+        """``c`` free slices that are not quarantined: healthy ones first, then those with a device failure
+        on record, lowest numbered first in each. The caller made sure there are enough."""
+        by_index = self._by_type[tpu_type]
+        chosen: list[Slice] = []
+        seen: set[int] = set()
+        for heap, suspect in ((self._free_heap[tpu_type], False), (self._suspect_heap[tpu_type], True)):
+            while len(chosen) < c and heap:
+                i = heapq.heappop(heap)
+                sl = by_index[i]
+                if (
+                    i in seen
+                    or sl.state != "free"
+                    or sl.quarantined_until is not None
+                    or (sl.device_failures is not None) is not suspect
+                ):
+                    continue  # stale: taken, quarantined, or moved to the other heap
+                seen.add(i)
+                chosen.append(sl)
+        return chosen
+
+    def queue(self, tpu_type: str) -> list[str]:
+        """The holders waiting for slices of a type, oldest first."""
+        q = self._queues.get(get_tpu_spec(tpu_type).name)
+        return q.members(self.clock.now()) if q is not None else []
+
+    def leave_queue(self, holder: str) -> None:
+        """``holder`` stops waiting (e.g. its job was terminated), so it no longer holds younger ones back."""
+        for q in self._queues.values():
+            q.leave(holder)
 
     def take(self, slice_name: str, holder: str) -> FleetLease:
         """Acquire one named free slice (e.g. another job occupying it)."""
@@ -395,8 +510,30 @@ class Fleet:
         lease = sl.lease = FleetLease(sl, holder)
         return lease
 
-    def unschedulable(self, counts: Sequence[int], tpu_type: str, *, permanent: bool = False) -> Unschedulable:
-        """The error for a request that does not fit now (or, ``permanent``, ever), with a diagnosis."""
+    def unschedulable(
+        self, counts: Sequence[int], tpu_type: str, *, permanent: bool = False, holder: str | None = None
+    ) -> Unschedulable:
+        """The error for a request that does not fit now (or, ``permanent``, ever), with a diagnosis.
+
+        It tells the runner which case it is: ``held=True`` when enough slices exist but other holders
+        have them (the job waits its turn, as long as it takes), else capacity is missing (slices
+        preempted and not back); ``reason`` is the job's pending reason (with ``holder``'s place in line).
+
+        >>> fleet = Fleet({"v4-16": 2})
+        >>> _ = fleet.try_acquire("train-a", "v4-16", [1])
+        >>> e = fleet.unschedulable([2], "v4-16")
+        >>> e.held, e.reason
+        (True, 'queued for 2 x v4-16; fleet: 1 free, 1 held by train-a')
+        >>> fleet.try_acquire("train-b", "v4-16", [2]) is None
+        True
+        >>> fleet.unschedulable([2], "v4-16", holder="train-b").reason
+        'queued: 1st for 2 x v4-16; fleet: 1 free, 1 held by train-a'
+        >>> fleet.preempt("v4-16-1", restore_after=60.0)
+        >>> e = fleet.unschedulable([2], "v4-16")
+        >>> e.held, e.reason
+        (False, 'waiting for capacity: 1 of 2 x v4-16 exist (1 preempted, restoring)')
+        """
+        tpu_type = get_tpu_spec(tpu_type).name
         asked = f"{' or '.join(map(str, counts))} x {tpu_type}"
         if permanent:
             return Unschedulable(
@@ -404,7 +541,36 @@ class Fleet:
                 f"({self.describe(tpu_type)}), so this can never fit",
                 permanent=True,
             )
-        return Unschedulable(f"asked: {asked}; fleet has: {self.describe(tpu_type)}")
+        message = f"asked: {asked}; fleet has: {self.describe(tpu_type)}"
+        need = min(counts)
+        c = self._counts.get(tpu_type) or dict.fromkeys(_STATES, 0)
+        quarantined = self.quarantined(tpu_type)
+        up = c["free"] + c["busy"] - sum(sl.state == "free" for sl in quarantined)
+        note = "; ".join(f"quarantined: {sl.name} ({sl.quarantine_note})" for sl in quarantined)
+        if up < need and note:  # what keeps the job out is a quarantine: say that first
+            return Unschedulable(message, reason=f"{note}; {up} of {need} x {tpu_type} usable")
+        if up >= need:
+            line = self.queue(tpu_type)
+            place = f": {_ordinal(line.index(holder) + 1)}" if holder in line else ""
+            reason = f"queued{place} for {need} x {tpu_type}; {self._held_by(tpu_type)}"
+            return Unschedulable(message, held=True, reason=f"{reason}; {note}" if note else reason)
+        missing = [f"{c['down']} preempted, restoring"] if c["down"] else []
+        missing += [f"{c['gone']} gone"] if c["gone"] else []
+        detail = f" ({', '.join(missing)})" if missing else ""
+        return Unschedulable(message, reason=f"waiting for capacity: {up} of {need} x {tpu_type} exist{detail}")
+
+    def _held_by(self, tpu_type: str, limit: int = 3) -> str:
+        """``"fleet: 1 free, 3 held by train-a, train-b"``: who holds the busy slices of a type."""
+        c = self._counts[tpu_type]
+        holders: dict[str, None] = {}
+        for sl in self._slices.values():
+            if sl.tpu_type == tpu_type and sl.lease is not None:
+                holders[sl.lease.holder] = None
+        names = list(holders)
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        held = f", {c['busy']} held by {', '.join(names[:limit])}{more}" if c["busy"] else ""
+        free = c["free"] - sum(sl.state == "free" for sl in self.quarantined(tpu_type))  # usable ones
+        return f"fleet: {free} free{held}"
 
     def release(self, lease: FleetLease) -> bool:
         """Give a slice back; idempotent, and only frees the slice if the lease still holds it. Faults
@@ -495,8 +661,15 @@ class Fleet:
         self._set_health(slice_name, host, HostHealth.BROKEN)
 
     def repair_host(self, slice_name: str, host: int) -> None:
-        """Undo :meth:`break_host` (the host is healthy and clean again)."""
-        self._set_health(slice_name, host, HostHealth.HEALTHY)
+        """Undo :meth:`break_host` (the host is healthy and clean again): its device failures are forgotten
+        and its slice leaves quarantine."""
+        sl = self._set_health(slice_name, host, HostHealth.HEALTHY)
+        if sl.device_failures and sl.device_failures.pop(host, None) is not None and not sl.device_failures:
+            sl.device_failures = None
+            if sl.state == "free" and sl.quarantined_until is None:
+                self._push_free(sl)
+        if sl.quarantined_until is not None:
+            self._lift(sl, sl.quarantined_until)
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
 
@@ -517,6 +690,66 @@ class Fleet:
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
         return was
+
+    # ------------------------------------------------------------------------------------ quarantine
+
+    def device_failed(self, slice_name: str, host: int, what: str = "device error") -> bool:
+        """A process on this host could not use its device (``what``: ``"device error"``, ``"device
+        busy"``). After ``quarantine_after`` of them within ``quarantine_window``, the slice is quarantined
+        for ``quarantine_for`` seconds. Returns True if this put the slice in quarantine.
+
+        >>> from fray_core.testing import FakeClock
+        >>> fleet = Fleet({"v4-16": 2}, FakeClock())
+        >>> fleet.device_failed("v4-16-0", 1)
+        False
+        >>> fleet.clock.advance(600.0)
+        >>> fleet.device_failed("v4-16-0", 1)
+        True
+        >>> fleet.describe("v4-16"), fleet.slice("v4-16-0").quarantine_note
+        ('2 free, 0 busy, 0 preempted, 1 quarantined (v4-16-0)', 'device error twice in 10 min')
+        >>> [lease.slice.name for lease in fleet.try_acquire("job", "v4-16", [1])]
+        ['v4-16-1']
+        """
+        sl = self.slice(slice_name)
+        now = self.clock.now()
+        if sl.device_failures is None:
+            sl.device_failures = {}
+            if sl.state == "free" and sl.quarantined_until is None:
+                self._push_free(sl)
+        times = [t for t in sl.device_failures.get(host, ()) if t >= now - self.quarantine_window] + [now]
+        sl.device_failures[host] = times
+        if len(times) < self.quarantine_after or sl.quarantined_until is not None:
+            return False
+        n = len(times)
+        count = {1: "once", 2: "twice"}.get(n, f"{n} times")
+        sl.quarantine_note = f"{what} {count} in {_span(now - times[0])}"
+        until = sl.quarantined_until = now + self.quarantine_for
+        self._quarantined[sl] = None
+        if sl.state == "free":
+            self._qfree[sl.tpu_type] += 1
+        self.clock.call_later(self.quarantine_for, self._lift, sl, until)
+        return True
+
+    def quarantined(self, tpu_type: str | None = None) -> list[Slice]:
+        """The slices in quarantine now (of a type, or all)."""
+        if not self._quarantined:
+            return []
+        self._lift_expired()
+        t = get_tpu_spec(tpu_type).name if tpu_type else None
+        return [sl for sl in self._quarantined if t is None or sl.tpu_type == t]
+
+    def _lift(self, sl: Slice, until: float) -> None:
+        if sl.quarantined_until == until:
+            sl.quarantined_until = None
+            self._quarantined.pop(sl, None)
+            if sl.state == "free":
+                self._qfree[sl.tpu_type] -= 1
+                self._push_free(sl)
+
+    def _lift_expired(self) -> None:
+        now = self.clock.now()
+        for sl in [sl for sl in self._quarantined if sl.quarantined_until is not None and sl.quarantined_until <= now]:
+            self._lift(sl, sl.quarantined_until)  # type: ignore[arg-type]
 
     def host_health(self, slice_name: str, host: int) -> HostHealth:
         return self.slice(slice_name).health(host)
@@ -588,4 +821,83 @@ class Fleet:
 
 def _by_index(sl: Slice) -> int:
     return sl.index
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class _Queue:
+    """The holders waiting for slices of one type, oldest first, with the total they reserve (so a newcomer
+    costs O(1), and a waiter O(its place in line)). Entries not renewed by their ``expires`` are dropped
+    when met; ``next_expiry`` is a lower bound of every entry's expiry (renewals only move them later), so
+    no scan is needed before then."""
+
+    __slots__ = ("waiters", "total", "next_expiry")
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, _Waiter] = {}
+        self.total = 0
+        self.next_expiry = math.inf
+
+    def __bool__(self) -> bool:
+        return bool(self.waiters)
+
+    def join(self, holder: str, need: int, expires: float) -> None:
+        w = self.waiters.get(holder)
+        if w is None:
+            self.waiters[holder] = _Waiter(need, expires)
+            self.total += need
+        else:
+            self.total += need - w.need
+            w.need, w.expires = need, expires
+        self.next_expiry = min(self.next_expiry, expires)
+
+    def leave(self, holder: str) -> None:
+        w = self.waiters.pop(holder, None)
+        if w is not None:
+            self.total -= w.need
+
+    def _purge(self, now: float) -> None:
+        if now <= self.next_expiry:
+            return
+        for h in [h for h, w in self.waiters.items() if w.expires < now]:
+            self.leave(h)
+        self.next_expiry = min((w.expires for w in self.waiters.values()), default=math.inf)
+
+    def reserved_ahead(self, holder: str, now: float) -> int:
+        """Slices reserved for the waiters ahead of ``holder`` (all of them when it is not in line)."""
+        self._purge(now)
+        if holder not in self.waiters:
+            return self.total
+        reserved = 0
+        for h, w in self.waiters.items():
+            if h == holder:
+                break
+            reserved += w.need
+        return reserved
+
+    def members(self, now: float) -> list[str]:
+        self._purge(now)
+        return list(self.waiters)
+
+
+class _Waiter:
+    """A holder in a type's queue: the slices reserved for it (its largest count), and until when its entry
+    is kept."""
+
+    __slots__ = ("need", "expires")
+
+    def __init__(self, need: int, expires: float) -> None:
+        self.need = need
+        self.expires = expires
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 

@@ -32,6 +32,7 @@ from fray_core.types import (
     Attempt,
     AttemptOutcome,
     Entrypoint,
+    Goodput,
     JobId,
     JobInfo,
     JobRequest,
@@ -235,7 +236,9 @@ class GangRunner:
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
         self._on_change = on_change
-        self.info = info or JobInfo(job_id=self.job_id, name=request.name, status=JobStatus.PENDING)
+        self.info = info or JobInfo(job_id=self.job_id, name=request.name, status=JobStatus.PENDING, submitted_at=wall())
+        self._attempt: Attempt | None = None  # the attempt being acquired for
+        self._t0 = wall()  # when run() began (reset by run())
 
     # ------------------------------------------------------------------------------------- control
 
@@ -259,16 +262,21 @@ class GangRunner:
         tpu = res.device if isinstance(res.device, TpuConfig) else None
         counts = res.replica_counts if tpu is not None else (1,)
         consecutive_bad = 0
+        self._t0 = self.wall()
         while True:
             if self.stopped:
                 return self._finish(JobStatus.STOPPED, None, "terminated")
+            # the attempt is recorded once it gets its slices (see _acquire) or gives up waiting for them:
+            # a job waiting for capacity that other jobs hold has no attempt to show for it
             attempt = Attempt(index=len(self.info.attempts), started_at=self.wall())
-            self.info.attempts.append(attempt)
+            self._attempt = attempt
             try:
                 outcome, cause, results = self._run_attempt(attempt, res, tpu, counts)
             except Unschedulable as e:  # can never fit: fail now, retrying cannot help
+                self._record(attempt)
                 attempt.outcome, attempt.cause, attempt.ended_at = AttemptOutcome.UNSCHEDULABLE, str(e), self.wall()
                 return self._finish(JobStatus.FAILED, None, f"unschedulable: {e}")
+            self._record(attempt)
             attempt.outcome = outcome
             attempt.cause = cause
             attempt.ended_at = self.wall()
@@ -308,21 +316,58 @@ class GangRunner:
         self.info.error = error
         self.info.finished_at = self.wall()
         self.info.progress = None
+        self.info.pending_reason = None
+        self.info.goodput = self._goodput()
         self._changed()
         return RunOutcome(status, results, error)
 
+    def _goodput(self) -> Goodput:
+        info = self.info
+        tpu = self.request.resources.device
+        chips = tpu.chips if isinstance(tpu, TpuConfig) else 0
+        wanted = chips * max(self.request.resources.replica_counts) if chips else 0
+        finished = info.finished_at if info.finished_at is not None else self.wall()
+        # a record made elsewhere may have been stamped by another clock than ours (tests on a fake clock)
+        submitted = info.submitted_at if info.submitted_at <= self._t0 else self._t0
+        return Goodput.of(info.attempts, submitted, finished, chips, wanted)
+
+    def _record(self, attempt: Attempt) -> None:
+        if not self.info.attempts or self.info.attempts[-1] is not attempt:
+            self.info.attempts.append(attempt)
+
     def _acquire(self, res: ResourceConfig, tpu: TpuConfig | None, counts: Sequence[int]) -> list[SliceLease] | None:
-        """Acquire in short rounds so a terminate is noticed; ``None`` when stopped meanwhile."""
+        """Acquire in short rounds so a terminate is noticed; ``None`` when stopped meanwhile.
+
+        ``schedule_timeout`` counts only time during which capacity is missing: while the provider says
+        the capacity exists but other jobs hold it (``Unschedulable.held``), the job waits as long as it
+        takes, PENDING, with ``pending_reason`` kept current."""
         final = self.clock() + self.policy.schedule_timeout
+        held = False
         while True:
             if self.stopped:
                 return None
-            round_deadline = min(final, self.clock() + self.policy.poll_interval)
+            next_round = self.clock() + self.policy.poll_interval
+            round_deadline = next_round if held else min(final, next_round)
             try:
-                return self.provider.acquire(res, counts, round_deadline)
+                leases = self.provider.acquire(res, counts, round_deadline)
             except Unschedulable as e:
-                if e.permanent or self.clock() >= final:
+                if e.permanent:
                     raise
+                held = bool(getattr(e, "held", False))  # a provider that cannot tell: capacity is missing
+                if held:
+                    final = self.clock() + self.policy.schedule_timeout
+                reason = getattr(e, "reason", None) or f"waiting for capacity: {e}"
+                if reason != self.info.pending_reason:
+                    self.info.pending_reason = reason
+                    self._changed()
+                if not held and self.clock() >= final:
+                    raise
+                continue
+            self.info.pending_reason = None
+            if self._attempt is not None:
+                self._attempt.acquired_at = self.wall()
+                self._record(self._attempt)
+            return leases
 
     def _run_attempt(
         self, attempt: Attempt, res: ResourceConfig, tpu: TpuConfig | None, counts: Sequence[int]

@@ -224,7 +224,9 @@ class InMemorySliceProvider:
       (armed when an attempt's first slice starts, cancelled with its leases); :meth:`break_host` makes
       every host started on that host end PREEMPTED with a device error until :meth:`repair_host`. A
       dirty host (``DirtyHost``, or a ``FailHost(crash=True)`` before) is cleaned at start when
-      ``clean_hosts`` (default), else its host ends PREEMPTED with device busy.
+      ``clean_hosts`` (default), else its host ends PREEMPTED with device busy. Each such device failure
+      is reported to the fleet, which quarantines a slice after ``quarantine_after`` of them on one host
+      within ``quarantine_window`` seconds, for ``quarantine_for`` seconds.
     - ``acquire`` is all-or-nothing and takes the largest count in ``counts`` that is free; it raises
       ``Unschedulable(permanent=True)`` at once when no count can ever fit (fewer slices exist than the
       smallest count), and otherwise waits on the fake clock (running its callbacks, which may bring
@@ -272,6 +274,9 @@ class InMemorySliceProvider:
         record: bool = True,
         fault_plan: FaultPlan | None = None,
         clean_hosts: bool = True,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock()
         self.script = script
@@ -280,7 +285,10 @@ class InMemorySliceProvider:
         self.restore_after = restore_after
         self.record = record
         self.clean_hosts = clean_hosts
-        self.fleet = Fleet(fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider")
+        self.fleet = Fleet(
+            fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider",
+            quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
+        )
         self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
         self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
@@ -368,7 +376,7 @@ class InMemorySliceProvider:
                 continue
             now = clock.now()
             if now >= deadline:
-                err = fleet.unschedulable(wanted, spec.name)
+                err = fleet.unschedulable(wanted, spec.name, holder=_SELF)
                 self.unschedulable.append((now, str(err), False))
                 raise err
             due = clock.next_due()
@@ -527,6 +535,7 @@ class InMemorySliceProvider:
         name = host.lease.lease.name
         h = host.host_index
         if fate.device_error:
+            self.fleet.device_failed(name, h, "device error")
             self._end(host, HostOutcomeKind.PREEMPTED, error=fate.device_error)
             return True
         if fate.dirty:
@@ -534,6 +543,7 @@ class InMemorySliceProvider:
                 self.fleet.clean(name, h)
             else:
                 error = f"DeviceBusyError: TPU in use: a stale device lock is on {name} host {h} (device init failed)"
+                self.fleet.device_failed(name, h, "device busy")
                 self._end(host, HostOutcomeKind.PREEMPTED, error=error)
                 return True
         if fate.crash:

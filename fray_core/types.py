@@ -30,6 +30,7 @@ __all__ = [
     "Entrypoint",
     "EnvironmentConfig",
     "GpuConfig",
+    "Goodput",
     "JobId",
     "JobInfo",
     "JobRequest",
@@ -630,6 +631,8 @@ class Attempt:
     ended_at: float | None = None
     outcome: AttemptOutcome | None = None
     cause: str | None = None
+    #: when the attempt got its slices (wall time); ``None`` when it never did (waited, then gave up)
+    acquired_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -639,6 +642,7 @@ class Attempt:
             "ended_at": self.ended_at,
             "outcome": self.outcome.value if self.outcome else None,
             "cause": self.cause,
+            "acquired_at": self.acquired_at,
         }
 
     @staticmethod
@@ -650,7 +654,78 @@ class Attempt:
             ended_at=d.get("ended_at"),
             outcome=AttemptOutcome(d["outcome"]) if d.get("outcome") else None,
             cause=d.get("cause"),
+            acquired_at=d.get("acquired_at"),
         )
+
+
+@attrs.frozen
+class Goodput:
+    """How a finished job's wall time (``submitted_at`` to ``finished_at``) was spent, in seconds and in
+    chip-seconds: ``pending_s`` queued, acquiring slices or backing off between attempts; ``productive_s``
+    the attempt that produced the result, from getting its slices to its end; ``lost_s`` attempts that did
+    not (preempted, failed, cancelled). The three add up to the wall time. Chip-seconds count the TPU chips
+    held (``pending_chip_s``: the chips asked for, while waiting); 0 for CPU/GPU jobs.
+
+    >>> g = Goodput(pending_s=10.0, productive_s=80.0, lost_s=10.0)
+    >>> g.ratio, g.wall_s
+    (0.8, 100.0)
+    >>> Goodput.from_json(g.to_json()) == g
+    True
+    """
+
+    pending_s: float = 0.0
+    productive_s: float = 0.0
+    lost_s: float = 0.0
+    pending_chip_s: float = 0.0
+    productive_chip_s: float = 0.0
+    lost_chip_s: float = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return self.pending_s + self.productive_s + self.lost_s
+
+    @property
+    def ratio(self) -> float:
+        """``productive_s / (pending_s + productive_s + lost_s)``; 0.0 for a job that took no time."""
+        total = self.wall_s
+        return self.productive_s / total if total > 0 else 0.0
+
+    @property
+    def chip_ratio(self) -> float:
+        """The same ratio in chip-seconds; 0.0 when no chips were involved."""
+        total = self.pending_chip_s + self.productive_chip_s + self.lost_chip_s
+        return self.productive_chip_s / total if total > 0 else 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {**attrs.asdict(self), "ratio": self.ratio, "chip_ratio": self.chip_ratio}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Goodput:
+        return Goodput(**{f.name: float(d.get(f.name) or 0.0) for f in attrs.fields(Goodput)})
+
+    @staticmethod
+    def of(
+        attempts: Sequence[Attempt],
+        submitted_at: float,
+        finished_at: float,
+        chips_per_slice: int = 0,
+        chips_wanted: int = 0,
+    ) -> Goodput:
+        """Computed from a job's attempts: each attempt's time holding slices (``acquired_at`` to
+        ``ended_at``) is productive for a SUCCEEDED attempt and lost otherwise; the rest of the wall time is
+        pending. ``chips_per_slice`` and ``chips_wanted`` give the chip-seconds."""
+        productive = lost = productive_chip = lost_chip = 0.0
+        for a in attempts:
+            if a.acquired_at is None or a.ended_at is None:
+                continue
+            held = max(0.0, min(a.ended_at, finished_at) - max(a.acquired_at, submitted_at))
+            chips = held * chips_per_slice * len(a.slices)
+            if a.outcome is AttemptOutcome.SUCCEEDED:
+                productive, productive_chip = productive + held, productive_chip + chips
+            else:
+                lost, lost_chip = lost + held, lost_chip + chips
+        pending = max(0.0, finished_at - submitted_at - productive - lost)
+        return Goodput(pending, productive, lost, pending * chips_wanted, productive_chip, lost_chip)
 
 
 class StoredResult:
@@ -714,6 +789,10 @@ class JobInfo:
     progress: str | None = None  # what the job is doing now, e.g. "waiting for 2 x v4-16"
     #: why a SUCCEEDED job's results are missing (e.g. "cannot be pickled: ..."); None when they were stored
     result_error: str | None = None
+    #: why the job is PENDING now, e.g. "queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by a, b"; else None
+    pending_reason: str | None = None
+    #: how the wall time was spent, set when the job finishes (see :class:`Goodput`)
+    goodput: Goodput | None = None
     _loaded: tuple[list[Any]] | None = attrs.field(init=False, default=None, eq=False, repr=False)  # (results,)
 
     @property
@@ -763,6 +842,8 @@ class JobInfo:
             "request": self.request_summary,
             "progress": self.progress,
             "result_error": self.result_error,
+            "pending_reason": self.pending_reason,
+            "goodput": self.goodput.to_json() if self.goodput is not None else None,
         }
 
     @staticmethod
@@ -808,7 +889,18 @@ class JobInfo:
             request_summary=dict(get("request", dict, {})),
             progress=get("progress", str),
             result_error=get("result_error", str),
+            pending_reason=get("pending_reason", str),
+            goodput=_goodput_from_json(get("goodput", dict)),
         )
+
+
+def _goodput_from_json(d: Mapping[str, Any] | None) -> Goodput | None:
+    if d is None:
+        return None
+    try:
+        return Goodput.from_json(d)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"field 'goodput': cannot read {_short(d)}: {type(e).__name__}: {e}") from None
 
 
 def _names(types: type | tuple[type, ...]) -> str:

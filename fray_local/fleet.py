@@ -108,13 +108,17 @@ class TpuFleet:
         fault_plan: FaultPlan | None = None,
         clean_lockfiles: bool = True,
         state_dir: str | None = None,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
     ) -> None:
         self._cond = threading.Condition(threading.RLock())
         self._clock = _ThreadClock(self._cond)
         self.clean_lockfiles = clean_lockfiles
         self._state_dir = state_dir  # made on first use: most fleets never need one
         self.model = Fleet(
-            capacity, self._clock, on_demand=on_demand, fault_plan=fault_plan, on_dirt=self._on_dirt, name="TpuFleet"
+            capacity, self._clock, on_demand=on_demand, fault_plan=fault_plan, on_dirt=self._on_dirt, name="TpuFleet",
+            quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
         )
 
     def __repr__(self) -> str:
@@ -163,8 +167,14 @@ class TpuFleet:
         with self._cond:
             return self.model.capacity()
 
+    def quarantined(self, tpu_type: str | None = None) -> list[SimSlice]:
+        """The slices in quarantine now: after ``quarantine_after`` device failures of one of their hosts
+        within ``quarantine_window`` s, no job gets them for ``quarantine_for`` s (or until repaired)."""
+        with self._cond:
+            return self.model.quarantined(tpu_type)
+
     def describe(self, tpu_type: str) -> str:
-        """``"1 free, 1 busy, 0 preempted"`` for a type."""
+        """``"1 free, 1 busy, 0 preempted"`` for a type (plus ``", 1 quarantined (v4-16-1)"``)."""
         with self._cond:
             return self.model.describe(tpu_type)
 
@@ -219,7 +229,9 @@ class TpuFleet:
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> list[SliceLease]:
-        """All-or-nothing: the largest count in ``counts`` whose slices are all free, or ``Unschedulable``."""
+        """All-or-nothing: the largest count in ``counts`` whose slices are all free (and not reserved for
+        a job ahead in the fleet's queue), or ``Unschedulable`` at ``deadline`` (``held=True`` when other
+        jobs hold the capacity: the job keeps its place in line while it keeps asking)."""
         spec = get_tpu_spec(tpu_type)
         wanted = sorted(set(counts), reverse=True)
         with self._cond:
@@ -238,7 +250,7 @@ class TpuFleet:
                     ]
                 remaining = deadline - clock()
                 if remaining <= 0:
-                    raise self.model.unschedulable(wanted, spec.name)
+                    raise self.model.unschedulable(wanted, spec.name, holder=job_id)
                 self._cond.wait(min(remaining, 0.5))
 
     def release(self, lease: SliceLease) -> None:
@@ -308,6 +320,11 @@ class TpuFleet:
             note = None
             if self.clean_lockfiles and self.clean(lease.name, host):
                 note = f"[fray] removed stale {lockfile} before start"
+            # the process will not get its device: the fleet counts it towards the host's quarantine
+            if fate.device_error:
+                self.model.device_failed(lease.name, host, "device error")
+            elif not self.clean_lockfiles and self.is_dirty(lease.name, host):
+                self.model.device_failed(lease.name, host, "device busy")
             return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
 
     def apply_plan(self, attempt: int, leases: Sequence[SliceLease]) -> dict[tuple[int, int], dict[str, str]]:

@@ -306,8 +306,10 @@ def test_a_broken_host_fails_every_start_as_the_infrastructures_fault_until_repa
     provider = InMemorySliceProvider({"v4-16": 2})
     provider.break_host("v4-16-1", 0)
     runner = run(provider, max_retries_preemption=2)
-    assert outcomes(runner) == ["PREEMPTED"] * 3 and runner.info.failures == 0
-    assert all("TpuDeviceError: the TPU device of v4-16-1 host 0 is broken" in a.cause for a in runner.info.attempts)
+    # two device failures of the host quarantine its slice (quarantine_after=2): then 2 slices are not there
+    assert outcomes(runner) == ["PREEMPTED", "PREEMPTED", "UNSCHEDULABLE"] and runner.info.failures == 0
+    assert all("TpuDeviceError: the TPU device of v4-16-1 host 0 is broken" in a.cause for a in runner.info.attempts[:2])
+    assert "1 quarantined (v4-16-1)" in runner.info.attempts[2].cause
     assert provider.slice_states() == {"v4-16-0": "free", "v4-16-1": "free"}  # the slice is not preempted
     provider.repair_host("v4-16-1", 0)
     assert outcomes(run(provider, job_id="job-2")) == ["SUCCEEDED"]
