@@ -366,6 +366,7 @@ def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.Monke
 JOB_FIELDS = {
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
+    "pending_reason", "goodput",
 }
 ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
 
@@ -658,3 +659,28 @@ def test_list_and_status_never_unpickle_results(fray: Fray) -> None:
         assert fray(*command).returncode == 0
         assert not marker.exists(), f"fray {' '.join(command)} unpickled the job's result"
     fray("status", job_id, "--result")  # asked for: loads it (whatever the store then says about its owner)
+
+
+def test_status_and_list_show_pending_reason_and_goodput(tmp_path: Path) -> None:
+    """A waiting job says why in ``fray status``/``fray list`` (and --json); an ended one shows its goodput."""
+    from fray_core.records import JobStore, owner_info
+    from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo
+
+    fray = Fray(tmp_path)
+    store = JobStore(str(fray.jobs_dir))
+    reason = "queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by train-a, train-b"
+    store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.PENDING, pending_reason=reason),
+                owner=owner_info())  # this process supervises it: alive, so PENDING stays PENDING
+    done = JobInfo(
+        job_id="done-1", name="done", status=JobStatus.FAILED, error="x",
+        attempts=[Attempt(index=0, slices=["v4-16-0"], started_at=1.0, ended_at=9.0, outcome=AttemptOutcome.FAILED)],
+        goodput=Goodput(pending_s=2.0, productive_s=0.0, lost_s=8.0),
+    )
+    store.write(done, owner=owner_info())
+    st = fray("status", "waiting-1")
+    assert st.returncode == 0 and f"pending    {reason}" in st.stdout, st.stdout + st.stderr
+    assert reason in fray("list").stdout
+    listing = {j["job_id"]: j for j in json.loads(fray("list", "--json").stdout)}
+    assert listing["waiting-1"]["pending_reason"] == reason and listing["waiting-1"]["goodput"] is None
+    assert listing["done-1"]["goodput"]["lost_s"] == 8.0 and listing["done-1"]["pending_reason"] is None
+    assert "goodput 0% (productive 0.0s, pending 2.0s, lost 8.0s)" in fray("status", "done-1").stdout

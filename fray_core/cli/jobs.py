@@ -24,6 +24,7 @@ from fray_core.cli.common import (
 )
 from fray_core.cli.output import (
     age,
+    describe_goodput,
     describe_resources,
     job_json,
     print_attempts,
@@ -99,7 +100,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     now = time.time()
     rows = [
-        [i.job_id, i.name, i.status.value, len(i.attempts), f"{i.preemptions}/{i.failures}", age(now - i.submitted_at)]
+        [
+            i.job_id,
+            i.name,
+            i.status.value + (f" ({i.pending_reason})" if i.pending_reason and not i.status.is_terminal() else ""),
+            len(i.attempts),
+            f"{i.preemptions}/{i.failures}",
+            age(now - i.submitted_at),
+        ]
         for i in infos
     ]
     print_table(["ID", "NAME", "STATUS", "ATTEMPTS", "PREEMPT/FAIL", "AGE"], rows, sys.stdout)
@@ -143,8 +151,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     fields.append(("submitted", timestamp(info.submitted_at) + ago))
     if info.finished_at:
         fields.append(("finished", timestamp(info.finished_at)))
+    if info.pending_reason and not info.status.is_terminal():
+        fields.append(("pending", info.pending_reason))
     if info.error:
         fields.append(("error", info.error))
+    goodput = describe_goodput(info)
+    if goodput:
+        fields.append(("goodput", goodput))
     width = max(len(k) for k, _ in fields)
     for k, v in fields:
         print(f"{k.ljust(width)}  {safe(str(v))}")

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from fray_core.cli.common import EXIT_INTERRUPTED, exit_code, load_results
-from fray_core.cli.output import duration, is_terminal, print_attempts, print_results, print_timeline, safe
+from fray_core.cli.output import describe_goodput, duration, is_terminal, print_attempts, print_results, print_timeline, safe
 from fray_core.cluster import MonitorView, describe_attempt, describe_progress
 
 if TYPE_CHECKING:
@@ -156,5 +156,8 @@ def follow(cluster: Cluster, job_id: str, out: TextIO, stop_on_interrupt: bool, 
         print_attempts(info, out)
     print(file=out)
     print_timeline(info, out)
+    goodput = describe_goodput(info)
+    if goodput:
+        print(f"[fray] {goodput}", file=out)
     print_results(load_results(cluster, info), out)  # `launch --wait` and `sim` show results; list and status do not
     return exit_code(info.status)

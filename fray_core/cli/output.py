@@ -292,6 +292,7 @@ def print_timeline(info: JobInfo, out: TextIO) -> None:
 JOB_FIELDS = (
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
+    "pending_reason", "goodput",
 )
 ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
 
@@ -325,4 +326,20 @@ def job_json(info: JobInfo) -> dict[str, Any]:
             }
             for a in info.attempts
         ],
+        "pending_reason": info.pending_reason,
+        "goodput": info.goodput.to_json() if info.goodput is not None else None,
     }
+
+
+def describe_goodput(info: JobInfo) -> str | None:
+    """``goodput 80% (productive 80.0s, pending 10.0s, lost 10.0s; chips 75%)`` of a job that ended, else None."""
+    g = info.goodput
+    if g is None:
+        return None
+    text = (
+        f"goodput {g.ratio:.0%} (productive {g.productive_s:.1f}s, pending {g.pending_s:.1f}s, "
+        f"lost {g.lost_s:.1f}s"
+    )
+    if g.productive_chip_s or g.lost_chip_s or g.pending_chip_s:
+        text += f"; chip-seconds {g.chip_ratio:.0%} useful"
+    return text + ")"
