@@ -507,6 +507,7 @@ class Attempt:
     ended_at: float | None = None
     outcome: AttemptOutcome | None = None
     cause: str | None = None
+    hosts_started_at: float | None = None  # when every host had started (reported in); None: never
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -516,6 +517,7 @@ class Attempt:
             "ended_at": self.ended_at,
             "outcome": self.outcome.value if self.outcome else None,
             "cause": self.cause,
+            "hosts_started_at": self.hosts_started_at,
         }
 
     @staticmethod
@@ -527,6 +529,7 @@ class Attempt:
             ended_at=d.get("ended_at"),
             outcome=AttemptOutcome(d["outcome"]) if d.get("outcome") else None,
             cause=d.get("cause"),
+            hosts_started_at=d.get("hosts_started_at"),
         )
 
 

@@ -41,7 +41,7 @@ from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, JobSupervisor, supervisor_
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
-DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule_timeout=600.0, poll_interval=0.5, cancel_grace=30.0)
+DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule_timeout=600.0, poll_interval=0.5, cancel_grace=30.0, host_start_timeout=600.0)
 DEFAULT_NAMESPACE = "fray"
 _KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0

@@ -176,6 +176,12 @@ class JobSupervisor:
             self.runner.stop()
         return True
 
+    def host_started(self, tag: str) -> None:
+        """A host's process reports in before it runs the user's code (the job is RUNNING once all did)."""
+        provider = getattr(self, "provider", None)
+        if provider is not None:
+            provider.mark_started(tag)
+
     def append_log(self, tag: str, lines: list[str]) -> None:
         for line in lines:
             self.log.write(tag, line)

@@ -32,7 +32,7 @@ from fray_core.tpu import get_tpu_spec
 __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
 
 #: Short backoff and deadlines, so tests of retries do not wait for production timings.
-FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0)
+FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0, host_start_timeout=60.0)
 
 _GIB = 1024**3
 
@@ -170,12 +170,17 @@ def fake_tpu_cluster(
     retry_policy: RetryPolicy | None = None,
     namespace: str | None = None,
     jobs_dir: str | None = None,
+    health_check_period: float | None = None,
 ) -> Iterator[FakeTpuCluster]:
     """Start a multi-node Ray cluster on this machine whose nodes are emulated TPU hosts.
 
     ``slices`` maps a TPU type to a slice count, e.g. ``{"v4-16": 2}`` (2 slices x 2 hosts). The head node
     is not a TPU host (supervisors and CPU work run there). Connects this process and yields a
     :class:`FakeTpuCluster`; shuts everything down on exit. Takes about 15 s on 2 cores for 4 hosts.
+
+    ``health_check_period`` (seconds): how often the head checks each node; a removed node is reported
+    dead after 4 missed checks. ``None`` keeps Ray's default (3 s x 5, about 15 s), as on a real cluster;
+    tests use 1 s so that a slice lost before its hosts run is detected sooner.
 
     >>> with fake_tpu_cluster({"v4-16": 2}) as fake:  # doctest: +SKIP
     ...     fake.cluster.wait(fake.cluster.launch(request), timeout=300)
@@ -187,10 +192,15 @@ def fake_tpu_cluster(
 
     if ray.is_initialized():
         raise RuntimeError("fake_tpu_cluster: this process is already connected to Ray; call ray.shutdown() first")
-    rc = RayTestCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": head_cpus, "memory": 16 * _GIB, "object_store_memory": 200 * 1024 * 1024},
-    )
+    head_args: dict[str, Any] = {"num_cpus": head_cpus, "memory": 16 * _GIB, "object_store_memory": 200 * 1024 * 1024}
+    if health_check_period is not None:
+        period_ms = int(health_check_period * 1000)
+        head_args["_system_config"] = {
+            "health_check_period_ms": period_ms,
+            "health_check_timeout_ms": 2 * period_ms,
+            "health_check_failure_threshold": 4,
+        }
+    rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address)
     try:
         for tpu_type, count in slices.items():
