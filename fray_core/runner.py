@@ -353,7 +353,7 @@ class GangRunner:
         try:
             attempt.slices = [lease.name for lease in leases]
             n_hosts = sum(lease.hosts for lease in leases)
-            self.info.progress = f"attempt {attempt.index}: 0 of {n_hosts} hosts started on {', '.join(attempt.slices)}"
+            self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
             envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars)
             try:
