@@ -109,7 +109,9 @@ class RaySliceProvider:
     """One job's slices and host tasks on Ray. Runs inside the job's supervisor actor.
 
     ``non_preemptible_resource``: a resource only non-preemptible nodes have (default: Ray's head-node
-    marker), requested by CPU/GPU gangs with ``preemptible=False``.
+    marker), requested by CPU/GPU gangs with ``preemptible=False``. ``non_preemptible_tpu_label``
+    (``"KEY=VALUE"``): the node label of non-preemptible TPU slices, required by TPU requests with
+    ``preemptible=False`` (the cluster refuses such a request at launch when it is not configured).
     """
 
     def __init__(
@@ -119,8 +121,10 @@ class RaySliceProvider:
         runtime_env: dict[str, Any] | None = None,
         non_preemptible_resource: str = "node:__internal_head__",
         autoscaling: bool = False,
+        non_preemptible_tpu_label: str | None = None,
     ) -> None:
         self.job_id = job_id
+        self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
@@ -137,28 +141,35 @@ class RaySliceProvider:
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         if isinstance(resources.device, TpuConfig):
-            return self._acquire_tpu(resources.device, counts, deadline)
+            return self._acquire_tpu(resources.device, counts, deadline, self._tpu_label(resources))
         return [self._acquire_gang(resources, deadline)]
 
-    def _slices(self, tpu_type: str) -> tuple[int, int]:
-        """(slices of this type in the cluster, slices whose head is free now)."""
+    def _tpu_label(self, resources: ResourceConfig) -> dict[str, str]:
+        """The extra node label a TPU request's slices must carry: the non-preemptible one, or none."""
+        if resources.preemptible:
+            return {}
+        if self.non_preemptible_tpu_label is None:  # RayCluster.launch refuses this; a direct caller gets it here
+            raise Unschedulable("preemptible=False: no non-preemptible TPU capacity is configured (non_preemptible_tpu_label)", permanent=True)
+        key, _, value = self.non_preemptible_tpu_label.partition("=")
+        return {key.strip(): value.strip()}
+
+    def _slices(self, tpu_type: str, label: dict[str, str]) -> tuple[int, int]:
+        """(slices of this type (with ``label``) in the cluster, slices whose head is free now)."""
         spec = get_tpu_spec(tpu_type)
-        total = sum(
-            1
-            for n in _node_table().values()
-            if (n.get("Labels") or {}).get(POD_TYPE_LABEL) == spec.name and (n.get("Labels") or {}).get(WORKER_ID_LABEL) == "0"
-        )
+        want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
+        total = sum(1 for n in _node_table().values() if want.items() <= (n.get("Labels") or {}).items())
         free = int(ray.available_resources().get(spec.head_resource, 0))
         return total, min(free, total)
 
-    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
-        total, free = self._slices(spec.name)
+        total, free = self._slices(spec.name, label)
         seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
         asked = "/".join(map(str, counts))
+        kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
         if min(counts) > seen and not self.autoscaling:
             raise Unschedulable(
-                f"asked: {asked} x {spec.name}; the Ray cluster has {seen} slice(s) of {spec.name} in all "
+                f"asked: {asked} x {kind}; the Ray cluster has {seen} slice(s) of {kind} in all "
                 "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                 permanent=True,
             )
@@ -171,7 +182,7 @@ class RaySliceProvider:
         heads = [
             placement_group(
                 [{spec.head_resource: 1}],
-                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name}],
+                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name, **label}],
                 name=f"fray-{self.job_id}-head-{next(self._pg_seq)}",
             )
             for _ in range(count)
@@ -192,13 +203,13 @@ class RaySliceProvider:
                 placement_group(
                     [{"TPU": float(spec.chips_per_host)}] * spec.hosts,
                     strategy="SPREAD",
-                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h)} for h in range(spec.hosts)],
+                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h), **label} for h in range(spec.hosts)],
                     name=f"fray-{self.job_id}-{name}-{next(self._pg_seq)}",
                 )
                 for name in names
             ]
             groups.extend(workers)
-            if not self._ready(workers, wait_until):
+            if not self._ready(workers, wait_until, held=heads):
                 raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
         except BaseException:
             _Reservation(groups).remove()
@@ -253,10 +264,17 @@ class RaySliceProvider:
         return bundle
 
     @staticmethod
-    def _ready(groups: list[PlacementGroup], until: float) -> bool:
+    def _ready(groups: list[PlacementGroup], until: float, held: Sequence[PlacementGroup] = ()) -> bool:
+        """All ``groups`` placed by ``until``; ``False`` early when a group already ``held`` leaves CREATED
+        (its slice was lost while the rest was being reserved)."""
         refs = [pg.ready() for pg in groups]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, until - time.monotonic()))
-        return len(ready) == len(refs)
+        while True:
+            remaining = until - time.monotonic()
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(remaining, HEALTH_INTERVAL)))
+            if len(ready) == len(refs):
+                return True
+            if remaining <= HEALTH_INTERVAL or any(placement_group_table(pg).get("state") != "CREATED" for pg in held):
+                return False
 
     @staticmethod
     def _sleep_until(deadline: float) -> None:

@@ -119,6 +119,7 @@ class JobSupervisor:
             runtime_env=runtime_env,
             non_preemptible_resource=settings["non_preemptible_resource"],
             autoscaling=settings.get("autoscaling", False),
+            non_preemptible_tpu_label=settings.get("non_preemptible_tpu_label"),
         )
         info = JobInfo.from_json(self.store.read(job_id))
         self.runner = GangRunner(
