@@ -25,11 +25,13 @@ TPU = "v4-16"
 
 
 def spawn_detached_child(marker_dir: str, hold: float) -> int:
-    """Starts a child in a new session (it survives a kill of this process's group), then holds."""
-    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}").write_text(str(child.pid))
+    """Starts a daemon: a process in a new session whose parent exits at once (so it is nobody's child any
+    more and survives a kill of this process, its group and its children), then holds."""
+    out = subprocess.run(["sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, start_new_session=True)
+    pid = int(out.stdout.strip())
+    Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}").write_text(str(pid))
     time.sleep(hold)
-    return child.pid
+    return pid
 
 
 def succeed() -> str:
