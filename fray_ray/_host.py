@@ -112,13 +112,23 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-# The reaper: a process of its own (the worker may be SIGKILLed), waiting for the host task to end (a byte
-# or EOF on stdin) or its worker to die (re-parented), then SIGKILLing every process whose environment
-# carries the host's token, until none is left.
+# The reaper: a daemon of its own (forked twice, so it is not the worker's child: Ray kills a dying
+# worker's children, and the reaper must outlive the worker), waiting for the host task to end (a byte or
+# EOF on stdin) or its worker to die (its /proc entry gone or reused), then SIGKILLing every process whose
+# environment carries the host's token, until none is left.
 _REAPER = """
 import os, select, signal, sys, time
 token, parent = sys.argv[1].encode(), int(sys.argv[2])
-while os.getppid() == parent:
+def started(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+born = started(parent)
+if os.fork():
+    os._exit(0)
+while started(parent) == born:
     if select.select([0], [], [], 0.2)[0]:
         break
 me = os.getpid()
@@ -146,21 +156,24 @@ class _Reaper:
     def __init__(self) -> None:
         token = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if k != HOST_TOKEN_ENV}
-        self.proc = subprocess.Popen(
+        r, w = os.pipe()
+        proc = subprocess.Popen(
             [sys.executable, "-S", "-c", _REAPER, f"{HOST_TOKEN_ENV}={token}", str(os.getpid())],
-            stdin=subprocess.PIPE, env=env, start_new_session=True, close_fds=True,
+            stdin=r, env=env, start_new_session=True, close_fds=True,
         )
+        os.close(r)
+        proc.wait()  # the first fork returns at once; the daemon keeps the pipe's read end
+        self._w = w
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
 
     def finish(self) -> None:
+        """Kill what the host started (bounded: the reaper gets a byte and works on its own)."""
         os.environ.pop(HOST_TOKEN_ENV, None)
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(b"x")
-            self.proc.stdin.close()
-            self.proc.wait(timeout=10.0)
-        except Exception:
-            pass  # it ends by itself once this worker exits
+            os.write(self._w, b"x")
+            os.close(self._w)
+        except OSError:
+            pass  # the reaper also notices this process's end
 
 
 def gce_preempted(timeout: float = 0.5) -> bool:
