@@ -85,22 +85,46 @@ class FakeTpuCluster:
     _closed: threading.Event = attrs.field(factory=threading.Event)
     _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
 
-    def add_slice(self, tpu_type: str, wait: bool = True) -> str:
-        """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name."""
+    def add_slice(self, tpu_type: str, wait: bool = True, tries: int = 1) -> str:
+        """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name.
+
+        ``tries`` (with ``wait``): on a loaded machine a new raylet can die at start-up (its node agent
+        did not answer in time); its nodes are then removed and a fresh slice is tried, up to ``tries``
+        times."""
+        for left in range(tries - 1, -1, -1):
+            try:
+                return self._add_slice(tpu_type, wait)
+            except Exception:
+                if left == 0 or not wait:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _add_slice(self, tpu_type: str, wait: bool) -> str:
         spec = get_tpu_spec(tpu_type)
         name = f"fake-{spec.name}-{next(self._counter)}"
         main = threading.current_thread() is threading.main_thread()
-        with self._lock:
-            # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
-            # a slice restored from a timer thread goes without them (shutdown() still removes it).
-            self.ray_cluster._shutdown_at_exit = main
-            try:
-                nodes = [self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)) for w in range(spec.hosts)]
-            finally:
-                self.ray_cluster._shutdown_at_exit = True
-        if wait:
-            for node in nodes:
-                self.ray_cluster._wait_for_node(node, timeout=60)
+        nodes: list[Any] = []
+        try:
+            with self._lock:
+                # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
+                # a slice restored from a timer thread goes without them (shutdown() still removes it).
+                self.ray_cluster._shutdown_at_exit = main
+                try:
+                    for w in range(spec.hosts):
+                        nodes.append(self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)))
+                finally:
+                    self.ray_cluster._shutdown_at_exit = True
+            if wait:
+                for node in nodes:
+                    self.ray_cluster._wait_for_node(node, timeout=60)
+        except Exception:
+            for node in nodes:  # a half-started slice is no slice: remove what came up
+                self._removed.append(node.node_id)
+                try:
+                    self.ray_cluster.remove_node(node, allow_graceful=False)
+                except Exception:
+                    pass  # it never came up
+            raise
         with self._lock:
             self._nodes[name] = nodes
             self._types[name] = spec.name
@@ -131,7 +155,7 @@ class FakeTpuCluster:
         def restore() -> None:
             if self._closed.wait(restore_after):
                 return
-            self.add_slice(tpu_type)
+            self.add_slice(tpu_type, tries=3)
 
         t = threading.Thread(target=restore, daemon=True, name=f"fray-restore-{slice_name}")
         self._threads.append(t)
