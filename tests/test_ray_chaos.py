@@ -188,7 +188,10 @@ def _preempt_when_shown(fake: Any, job_id: str, attempt: int, pick: Callable[[li
     slices = wait_for(
         lambda: (a := cluster.poll(job_id).attempts) and len(a) > attempt and a[attempt].slices, timeout=120, interval=0.01, what=f"attempt {attempt}'s slices"
     )
-    fake.preempt(pick(slices), restore_after=0.0)
+    victim = pick(slices)
+    # a restored slice can be reserved a moment before the fake's restore thread has registered it
+    wait_for(lambda: victim in fake.slices().get(TPU, []), timeout=60, interval=0.01, what=f"{victim} known to the fake cluster")
+    fake.preempt(victim, restore_after=0.0)
 
 
 def test_a_slice_lost_as_soon_as_poll_shows_it_is_retried_not_a_hang(ray_tpu_cluster: Any) -> None:
