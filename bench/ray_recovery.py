@@ -13,6 +13,12 @@ starts joining at once).
   both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING FOR THE RESTORED SLICE TO JOIN (the
   emulated restore starts 2 raylets on this machine), the two-phase reservation and the host start.
   Also shown: when attempt 0 was recorded PREEMPTED (fray's detection).
+- fray, lost before host start: the same 2-slice job, but a slice is removed the moment ``poll()`` first
+  names attempt 0's slices (reserved, hosts not started: their tasks never fail, they wait for nodes that
+  are gone). Ray's failure detection there is the head marking the removed nodes dead (its health checks,
+  ~15 s by default), timed from the removal start to ``ray.nodes()`` showing them dead. Goal as above:
+  fray recovery <= that detection + 1 s + join. Runs where an attempt-0 host of the removed slice had
+  already started are counted apart (shown as "late").
 - restore/join: removal start -> the restored slice's nodes have all registered (``fake.slices()`` lists it),
   measured in every run of both kinds.
 - baseline, hand-written with Ray: a placement group per slice (label selector) and one sleeping
@@ -149,6 +155,49 @@ def fray_run(fake: Any, spec: Any, marker_dir: str, tag: str) -> dict[str, float
     }
 
 
+def fray_prestart_run(fake: Any, spec: Any, marker_dir: str, tag: str) -> dict[str, Any]:
+    """A slice removed as soon as ``poll()`` names attempt 0's slices, before its hosts started."""
+    import ray
+
+    from fray_core import Entrypoint, JobRequest, ResourceConfig
+
+    request = JobRequest(
+        name=f"prestart-{tag}",
+        entrypoint=Entrypoint.from_callable(hold, args=(marker_dir, tag)),
+        resources=ResourceConfig.with_tpu(spec.name, slice_count=2),
+        max_retries_preemption=5,
+    )
+    job_id = fake.cluster.launch(request)
+    slices = wait_for(lambda: (a := fake.cluster.poll(job_id).attempts) and a[0].slices, 180, "attempt 0's slices")
+    victim = slices[0]
+    nodes = {n.node_id for n in fake._nodes[victim]}
+    watch = JoinWatch(fake, spec.name)
+    watch.start()
+    t0 = time.time()
+    fake.preempt(victim, restore_after=0.0)
+    late = any(m[0] == victim and m[2] == "0" for m in common.markers(marker_dir, tag))
+    dead = {}
+
+    def watch_dead() -> None:
+        wait_for(lambda: not nodes & {n["NodeID"] for n in ray.nodes() if n.get("Alive")}, 300, "the removed nodes marked dead", step=0.05)
+        dead["t"] = time.time()
+
+    watcher = threading.Thread(target=watch_dead, daemon=True)
+    watcher.start()
+    starts = wait_for(lambda: next_attempt_starts(marker_dir, tag, 2 * spec.hosts), 300, "all hosts of the next attempt")
+    info = fake.cluster.wait(job_id, timeout=300, raise_on_failure=True)
+    joined = watch.wait()
+    watcher.join(300)
+    return {
+        "recovery": max(starts) - t0,
+        "detected": info.attempts[0].ended_at - t0,
+        "dead": dead["t"] - t0,
+        "join": joined - t0,
+        "late": late,
+        "cause": (info.attempts[0].cause or "").splitlines()[0][:60],
+    }
+
+
 def next_attempt_starts(marker_dir: str, tag: str, hosts: int) -> list[float] | None:
     """Start times of the first attempt after 0 that has started all ``hosts`` hosts."""
     by_attempt: dict[str, list[float]] = {}
@@ -239,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     task = ray.remote(max_calls=1)(hold)
     fray: list[dict[str, float]] = []
     base: list[dict[str, Any]] = []
+    pre: list[dict[str, Any]] = []
     settled = 0.0
     t_setup = time.monotonic()
     # Ray prints the cluster's log lines (raylet deaths...) to this process's stdout: send them to stderr,
@@ -246,11 +296,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as marker_dir, fake_tpu_cluster({spec.name: 2}, jobs_dir=os.path.join(marker_dir, "jobs")) as fake:
         setup = time.monotonic() - t_setup
         for i in range(runs):
-            for kind in ("fray", "baseline") if i % 2 == 0 else ("baseline", "fray"):
-                if fray or base:
-                    settled += settle(spec)  # the smoke run skips none: one settle between its two runs
+            for kind in ("fray", "baseline", "prestart") if i % 2 == 0 else ("prestart", "baseline", "fray"):
+                if fray or base or pre:
+                    settled += settle(spec)  # the smoke run skips none: one settle between its runs
                 if kind == "fray":
                     fray.append(fray_run(fake, spec, marker_dir, f"fray{i}"))
+                elif kind == "prestart":
+                    pre.append(fray_prestart_run(fake, spec, marker_dir, f"pre{i}"))
                 else:
                     base.append(baseline_run(fake, spec, task, marker_dir, f"base{i}"))
     med = common.med_p90
@@ -261,6 +313,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     join, join90 = med([r["join"] for r in fray] + [r["join"] for r in base])
     rm, _ = med([r["remove_call"] for r in fray + base])
     goal = det + 1.0 + join
+    early = [r for r in pre if not r["late"]] or pre
+    pre_rec, pre_rec90 = med([r["recovery"] for r in early])
+    pre_det, _ = med([r["detected"] for r in early])
+    dead, dead90 = med([r["dead"] for r in early])
+    pre_goal = dead + 1.0 + join
     errors = "/".join(sorted({r["error"] for r in base}))
     print(
         f"recovery from a lost slice on Ray {ray.__version__}: emulated 2 x {spec.name} (4 hosts), one slice removed "
@@ -275,6 +332,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ("hand-written Ray recovery: all 4 hosts of attempt 1 running", hand, hand90, 1.0),
         ("fray: attempt 0 recorded PREEMPTED", det_f, None, None),
         ("fray: all 4 hosts of the next attempt running", rec, rec90, rec / hand),
+        (f"lost before host start ({len(early)} of {len(pre)} runs early): Ray marks nodes dead", dead, dead90, None),
+        ("fray, lost before host start: attempt 0 recorded PREEMPTED", pre_det, None, None),
+        ("fray, lost before host start: all 4 hosts of next attempt running", pre_rec, pre_rec90, None),
     ]
     for label, m, p90, ratio in rows:
         p = f"{p90:>8.2f}" if p90 is not None else f"{'':>8}"
@@ -285,7 +345,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"({'met' if rec <= goal else 'MISSED'}); fray recovery - join = {rec - join:.2f} s; "
         f"fray recovery / hand-written recovery = {rec / hand:.2f}"
     )
-    return {"recovery": rec, "hand_written": hand, "detection": det, "join": join, "fray_detected": det_f, "ratio": rec / goal}
+    print(
+        f"goal (lost before host start): fray recovery <= nodes marked dead + 1 s + join = {pre_goal:.2f} s -> ratio "
+        f"{pre_rec / pre_goal:.2f} ({'met' if pre_rec <= pre_goal else 'MISSED'}); attempt 0's cause: {pre[0]['cause']!r}"
+    )
+    return {"recovery": rec, "prestart_recovery": pre_rec, "prestart_ratio": pre_rec / pre_goal, "hand_written": hand, "detection": det, "join": join, "fray_detected": det_f, "ratio": rec / goal}
 
 
 if __name__ == "__main__":

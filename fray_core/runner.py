@@ -114,6 +114,12 @@ class SliceProvider(Protocol):
 
     Optional: ``was_preempted(lease) -> bool`` (e.g. a cloud metadata probe) is asked when an attempt
     failed without any host reported as preempted.
+
+    Optional: ``started_runs(runs) -> list[HostRun]``: the runs among ``runs`` whose host process has
+    actually started (reported in); cheap and non-blocking (the runner asks every ``poll_interval``). A
+    provider with it makes the job RUNNING only once every host started, and an attempt whose hosts are
+    not all started within ``RetryPolicy.host_start_timeout`` PREEMPTED. Without it, a host counts as
+    started when ``start`` returned.
     """
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]: ...
@@ -137,6 +143,9 @@ class RetryPolicy:
     schedule_timeout: float = 600.0  # per attempt: how long to wait for the slices before UNSCHEDULABLE
     poll_interval: float = 0.5  # granularity of terminate checks while waiting
     cancel_grace: float = 5.0  # how long to collect the outcomes of cancelled siblings
+    # per attempt, for providers that report host start: every host must have started within this many
+    # seconds after start() returned, else the slice is taken as lost (PREEMPTED)
+    host_start_timeout: float = 300.0
 
     def backoff(self, consecutive: int) -> float:
         if consecutive <= 0 or self.backoff_initial <= 0:
@@ -388,8 +397,8 @@ class GangRunner:
         runs: list[HostRun] = []
         try:
             attempt.slices = [lease.name for lease in leases]
-            self.info.status = JobStatus.RUNNING
-            self.info.progress = f"attempt {attempt.index}: running on {', '.join(attempt.slices)}"
+            n_hosts = sum(lease.hosts for lease in leases)
+            self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
             envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars)
             try:
@@ -403,29 +412,68 @@ class GangRunner:
             if self.stopped:  # terminated before every host started (maybe none): not a success
                 self._cancel_and_drain(runs, set(runs))
                 return AttemptOutcome.CANCELLED, "terminated", None
-            return self._watch(runs, leases)
+            return self._watch(attempt, runs, leases)
         finally:
             self.provider.release(leases)
 
+    def _all_started(self, attempt: Attempt) -> None:
+        attempt.hosts_started_at = self.wall()
+        self.info.status = JobStatus.RUNNING
+        self.info.progress = f"attempt {attempt.index}: running on {', '.join(attempt.slices)}"
+        self._changed()
+
+    def _note_started(self, attempt: Attempt, n_runs: int, not_started: set[HostRun], ended: set[HostRun]) -> None:
+        """Update which hosts have started (an ended host had); the job is RUNNING once all have."""
+        before = len(not_started)
+        not_started -= ended
+        if not_started:
+            not_started -= set(self.provider.started_runs(list(not_started)))  # type: ignore[attr-defined]
+        if not not_started:
+            self._all_started(attempt)
+        elif len(not_started) != before:
+            self.info.progress = (
+                f"attempt {attempt.index}: {n_runs - len(not_started)} of {n_runs} hosts started on {', '.join(attempt.slices)}"
+            )
+            self._changed()
+
     def _watch(
-        self, runs: list[HostRun], leases: list[SliceLease]
+        self, attempt: Attempt, runs: list[HostRun], leases: list[SliceLease]
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
         results: dict[tuple[int, int], Any] = {}
         pending = set(runs)
         first_bad: HostOutcome | None = None
         preempted: HostOutcome | None = None
+        # hosts not known to have started; a provider that cannot tell counts them started now
+        not_started = set(runs) if hasattr(self.provider, "started_runs") else set()
+        start_deadline = self.clock() + self.policy.host_start_timeout
+        if not not_started:
+            self._all_started(attempt)
         while pending and first_bad is None:
             if self.stopped:
                 self._cancel_and_drain(runs, pending)
                 return AttemptOutcome.CANCELLED, "terminated", None
+            if not_started and self.clock() >= start_deadline:
+                late = sorted(not_started, key=lambda r: (r.slice_index, r.host_index))
+                self._cancel_and_drain(runs, pending)
+                where = ", ".join(_where(r) for r in late[:4]) + (f" and {len(late) - 4} more" if len(late) > 4 else "")
+                return (
+                    AttemptOutcome.PREEMPTED,
+                    f"host start timed out: {len(late)} of {len(runs)} hosts had not started "
+                    f"{self.policy.host_start_timeout:g} s after they were submitted ({where}); their slice is taken as lost",
+                    None,
+                )
+            ended: set[HostRun] = set()
             for o in self.provider.wait_any(list(pending), self.policy.poll_interval):
                 pending.discard(o.run)
+                ended.add(o.run)
                 if o.kind is HostOutcomeKind.SUCCEEDED:
                     results[(o.run.slice_index, o.run.host_index)] = o.result
                 elif first_bad is None:
                     first_bad = o
                 if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
                     preempted = o
+            if not_started and first_bad is None:
+                self._note_started(attempt, len(runs), not_started, ended)
         if first_bad is None:
             ordered = [results[k] for k in sorted(results)]
             return AttemptOutcome.SUCCEEDED, None, ordered
@@ -460,12 +508,14 @@ class GangRunner:
         return out
 
 
+def _where(run: HostRun) -> str:
+    if run.lease.device_type in ("cpu", "gpu"):
+        return f"replica {run.host_index}"
+    return f"slice {run.slice_index} ({run.lease.name}) host {run.host_index}"
+
+
 def _describe(o: HostOutcome) -> str:
-    if o.run.lease.device_type in ("cpu", "gpu"):
-        where = f"replica {o.run.host_index}"
-    else:
-        where = f"slice {o.run.slice_index} ({o.run.lease.name}) host {o.run.host_index}"
-    return f"{o.kind.value.lower()} on {where}: {o.error or 'no error text'}"
+    return f"{o.kind.value.lower()} on {_where(o.run)}: {o.error or 'no error text'}"
 
 
 def _first_line(text: str | None) -> str:

@@ -633,6 +633,7 @@ class Attempt:
     cause: str | None = None
     #: when the attempt got its slices (wall time); ``None`` when it never did (waited, then gave up)
     acquired_at: float | None = None
+    hosts_started_at: float | None = None  # when every host had started (reported in); None: never
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -643,6 +644,7 @@ class Attempt:
             "outcome": self.outcome.value if self.outcome else None,
             "cause": self.cause,
             "acquired_at": self.acquired_at,
+            "hosts_started_at": self.hosts_started_at,
         }
 
     @staticmethod
@@ -655,6 +657,7 @@ class Attempt:
             outcome=AttemptOutcome(d["outcome"]) if d.get("outcome") else None,
             cause=d.get("cause"),
             acquired_at=d.get("acquired_at"),
+            hosts_started_at=d.get("hosts_started_at"),
         )
 
 

@@ -1,15 +1,22 @@
 """What runs inside one host's (or one replica's) Ray task: a fresh worker process (``max_calls=1``).
 
 It puts the driver's ``sys.path`` and cwd in place (so functions of a test module or a script unpickle),
-sets the host's env, removes a stale ``/tmp/libtpu_lockfile``, streams its stdout/stderr to the job's
-supervisor (which writes the job log), and runs the entrypoint: the callable in this process, a binary in a
-child process. Errors keep their type so the supervisor classifies them by type, never by message.
+sets the host's env, checks the TPU device is not held by another process (:class:`TpuBusyError`, a
+preemption) and removes a stale ``/tmp/libtpu_lockfile``, reports in to the supervisor (the host has
+started), streams its stdout/stderr to the job's supervisor (which writes the job log), and runs the
+entrypoint: the callable in this process, a binary in a child process. Errors keep their type so the
+supervisor classifies them by type, never by message.
+
+Every process the host starts, however deep and even in a new session, carries ``FRAY_HOST_TOKEN`` in its
+environment; a small reaper process kills all of them when the host task ends or its worker is killed
+(cancel, terminate, preemption of the supervisor's job): nothing the user's code spawned outlives the job.
 """
 
 from __future__ import annotations
 
 import collections
 import ctypes
+import glob
 import os
 import signal
 import subprocess
@@ -17,15 +24,19 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import cloudpickle
 
-__all__ = ["CommandFailedError", "HostConfig", "HostPreemptedError", "gce_preempted", "run_host"]
+__all__ = ["CommandFailedError", "HostConfig", "HostPreemptedError", "TpuBusyError", "device_holders", "gce_preempted", "run_host"]
 
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
+LOCKFILE_ENV = "FRAY_TPU_LOCKFILE"  # where libtpu keeps its lockfile on this host (default LIBTPU_LOCKFILE)
+TPU_DEVICE_GLOBS = ("/dev/vfio/[0-9]*", "/dev/accel*")
+HOST_TOKEN_ENV = "FRAY_HOST_TOKEN"
 _TAIL_LINES = 20
 _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
 
@@ -45,6 +56,126 @@ class HostPreemptedError(RuntimeError):
     """The host's work failed and the cloud says the VM was preempted: retryable, not the user's fault."""
 
 
+class TpuBusyError(HostPreemptedError):
+    """The host's TPU device (or libtpu's lockfile) is held by another process: the host is unusable for
+    now, as when libtpu says "TPU is already in use". Retryable, not the user's fault."""
+
+
+def device_holders(lockfile: str = LIBTPU_LOCKFILE, exclude: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
+    """``(pid, path)`` of the processes (other than ``exclude``) that hold the TPU device or libtpu's
+    lockfile open, from ``/proc/*/fd``. Empty when neither exists (an emulated host)."""
+    targets = {os.path.realpath(p) for pattern in TPU_DEVICE_GLOBS for p in glob.glob(pattern)}
+    if os.path.exists(lockfile):
+        targets.add(os.path.realpath(lockfile))
+    if not targets:
+        return []
+    me = os.getpid()
+    out = []
+    for pid_dir in glob.glob("/proc/[0-9]*"):
+        pid = int(pid_dir[6:])
+        if pid == me or pid in exclude:
+            continue
+        try:
+            fds = os.listdir(f"{pid_dir}/fd")
+        except OSError:
+            continue  # gone, or not ours to read
+        for fd in fds:
+            try:
+                path = os.readlink(f"{pid_dir}/fd/{fd}")
+            except OSError:
+                continue
+            if path in targets:
+                out.append((pid, path))
+                break
+    return out
+
+
+def _check_device(lockfile: str, where: str) -> None:
+    """Raise :class:`TpuBusyError` when another process holds the device; else remove a stale lockfile."""
+    holders = device_holders(lockfile)
+    if holders:
+        pid, path = holders[0]
+        raise TpuBusyError(f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the host cannot start the job now")
+    if os.path.exists(lockfile):
+        try:
+            os.remove(lockfile)
+            print(f"[fray] removed stale {lockfile} before start", flush=True)
+        except OSError:
+            pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:120] or "?"
+    except OSError:
+        return "?"
+
+
+# The reaper: a daemon of its own (forked twice, so it is not the worker's child: Ray kills a dying
+# worker's children, and the reaper must outlive the worker), waiting for the host task to end (a byte or
+# EOF on stdin) or its worker to die (its /proc entry gone or reused), then SIGKILLing every process whose
+# environment carries the host's token, until none is left.
+_REAPER = """
+import os, select, signal, sys, time
+token, parent = sys.argv[1].encode(), int(sys.argv[2])
+def started(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+born = started(parent)
+if os.fork():
+    os._exit(0)
+while started(parent) == born:
+    if select.select([0], [], [], 0.2)[0]:
+        break
+me = os.getpid()
+for _ in range(50):
+    found = False
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in (me, parent):
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if token in f.read().split(b"\\0"):
+                    os.kill(int(d), signal.SIGKILL)
+                    found = True
+        except OSError:
+            pass
+    if not found:
+        break
+    time.sleep(0.05)
+"""
+
+
+class _Reaper:
+    """Kills every process of the host (see module doc) when :meth:`finish` is called or the worker dies."""
+
+    def __init__(self) -> None:
+        token = uuid.uuid4().hex
+        env = {k: v for k, v in os.environ.items() if k != HOST_TOKEN_ENV}
+        r, w = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", _REAPER, f"{HOST_TOKEN_ENV}={token}", str(os.getpid())],
+            stdin=r, env=env, start_new_session=True, close_fds=True,
+        )
+        os.close(r)
+        proc.wait()  # the first fork returns at once; the daemon keeps the pipe's read end
+        self._w = w
+        os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
+
+    def finish(self) -> None:
+        """Kill what the host started (bounded: the reaper gets a byte and works on its own)."""
+        os.environ.pop(HOST_TOKEN_ENV, None)
+        try:
+            os.write(self._w, b"x")
+            os.close(self._w)
+        except OSError:
+            pass  # the reaper also notices this process's end
+
+
 def gce_preempted(timeout: float = 0.5) -> bool:
     """GCE's metadata server says this VM was preempted. ``False`` off GCE (no metadata server)."""
     req = urllib.request.Request(_GCE_PREEMPTED_URL, headers={"Metadata-Flavor": "Google"})
@@ -61,7 +192,7 @@ class HostConfig:
 
     sys_path: tuple[str, ...]
     cwd: str
-    supervisor: Any  # the job's supervisor actor handle (receives log lines); None: print only
+    supervisor: Any  # the job's supervisor actor handle (receives log lines, host reports); None: print only
     preemption_probe: Callable[[], bool] | None = gce_preempted
     clean_lockfile: bool = True
 
@@ -163,14 +294,15 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     os.environ.update(env)
     os.environ["PYTHONUNBUFFERED"] = "1"
     pump = _LogPump(tag, config.supervisor)
+    reaper = _Reaper()
+    is_tpu = "TPU_WORKER_ID" in env
+    lockfile = env.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE
     try:
-        if config.clean_lockfile and "TPU_WORKER_ID" in env and os.path.exists(LIBTPU_LOCKFILE):
-            try:
-                os.remove(LIBTPU_LOCKFILE)
-                print(f"[fray] removed stale {LIBTPU_LOCKFILE} before start", flush=True)
-            except OSError:
-                pass
+        if is_tpu and config.clean_lockfile:
+            _check_device(lockfile, where)
         entrypoint = cloudpickle.loads(entry_bytes)
+        if config.supervisor is not None:
+            config.supervisor.host_started.remote(tag)
         try:
             if entrypoint.binary is not None:
                 _run_binary(entrypoint.command, where, pump)
@@ -180,9 +312,36 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
         except BaseException as e:
             if config.preemption_probe is not None and config.preemption_probe():
                 raise HostPreemptedError(f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}") from e
+            if is_tpu:  # libtpu's "TPU is already in use" at device init: told by the device's state, not the text
+                holders = device_holders(lockfile, exclude=frozenset(_our_processes()))
+                if holders:
+                    pid, path = holders[0]
+                    raise TpuBusyError(
+                        f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the job failed with {type(e).__name__}: {e}"
+                    ) from e
             raise
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
     finally:
+        reaper.finish()
         pump.close()
+
+
+def _our_processes() -> set[int]:
+    """This process's descendants (they may hold the device legitimately)."""
+    children: dict[int, list[int]] = {}
+    for pid_dir in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(f"{pid_dir}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(pid_dir[6:]))
+    out, todo = set(), [os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out

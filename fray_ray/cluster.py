@@ -34,14 +34,14 @@ from fray_core.cluster import Cluster, check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, default_jobs_dir, new_job_id
 from fray_core.runner import RetryPolicy
-from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, summarize_request
+from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
 from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, JobSupervisor, supervisor_name
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
-DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule_timeout=600.0, poll_interval=0.5, cancel_grace=30.0)
+DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule_timeout=600.0, poll_interval=0.5, cancel_grace=30.0, host_start_timeout=600.0)
 DEFAULT_NAMESPACE = "fray"
 _KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0
@@ -67,6 +67,10 @@ class RayCluster(Cluster):
       ``preemptible=False`` work request a sliver of it (default: Ray's head-node marker).
     - ``preemption_probe``: run on a host whose work failed; True means the VM was preempted (default:
       GCE metadata, 0.5 s timeout, False off GCE). Must be picklable.
+    - ``non_preemptible_tpu_label``: ``"KEY=VALUE"``, the node label every host of a non-preemptible
+      (on-demand or reserved) TPU slice carries, e.g. ``"fray.io/capacity=reserved"``. A TPU request with
+      ``preemptible=False`` is placed only on slices whose worker-0 host has it; without it configured,
+      such a request fails at ``launch`` (it is never silently run on preemptible slices).
     - ``autoscaling``: when True, a request for more slices than the cluster has waits (up to the
       runner's schedule timeout) instead of failing at once.
     - ``warm_supervisor``: after each launch, start the next job's supervisor actor right away, so the
@@ -87,7 +91,13 @@ class RayCluster(Cluster):
         preemption_probe: Callable[[], bool] | None = gce_preempted,
         autoscaling: bool = False,
         warm_supervisor: bool = True,
+        non_preemptible_tpu_label: str | None = None,
     ) -> None:
+        if non_preemptible_tpu_label is not None:
+            key, sep, value = non_preemptible_tpu_label.partition("=")
+            if not (key.strip() and sep and value.strip()):
+                raise ValueError(f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not 'KEY=VALUE' (a node label)")
+        self.non_preemptible_tpu_label = non_preemptible_tpu_label
         if not ray.is_initialized():
             ray.init(address=address, logging_level="WARNING", configure_logging=True)
         self.address = address
@@ -127,6 +137,12 @@ class RayCluster(Cluster):
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch: expected a JobRequest, got {request!r}")
         check_picklable(request)
+        if isinstance(request.resources.device, TpuConfig) and not request.resources.preemptible and self.non_preemptible_tpu_label is None:
+            raise ValueError(
+                f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but this Ray cluster has no "
+                "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
+                "label of on-demand/reserved slices, or use preemptible=True"
+            )
         job_id = new_job_id(request.name)
         info = JobInfo(
             job_id=job_id, name=request.name, status=JobStatus.PENDING, backend="ray", request_summary=summarize_request(request)
@@ -140,6 +156,7 @@ class RayCluster(Cluster):
             "non_preemptible_resource": self.non_preemptible_resource,
             "preemption_probe": self.preemption_probe,
             "autoscaling": self.autoscaling,
+            "non_preemptible_tpu_label": self.non_preemptible_tpu_label,
         }
         job = (job_id, cloudpickle.dumps(request), settings)
         with self._standby_lock:  # launch may be called from several threads

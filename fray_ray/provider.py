@@ -14,6 +14,13 @@ with bundles tied to worker ids (see docs/design.md for why we do not call it di
 
 Host tasks are submitted by the supervisor actor (on a non-TPU node), so a lost node surfaces as
 ``NodeDiedError`` within about a second. Outcomes are classified by exception type only.
+
+A slice can also be lost before its host tasks run (they then never fail: they wait for a node that is
+gone). So every ``wait_any`` also checks, at most every ``HEALTH_INTERVAL``, the state Ray keeps of the
+lease: a placement group of the lease no longer CREATED (RESCHEDULING once the GCS marks a node of it dead,
+or REMOVED) or a node that held a bundle reported dead ends every unfinished host of that slice as
+PREEMPTED. Each host reports in (``mark_started``, called by the supervisor) when its process runs, which
+``started_runs`` tells the runner.
 """
 
 from __future__ import annotations
@@ -57,14 +64,19 @@ SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
 INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
+HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
+RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
 
 
 @attrs.define(eq=False)
 class _Reservation:
-    """The placement groups behind one lease; ``remove`` is idempotent."""
+    """The placement groups behind one lease; ``remove`` is idempotent. ``nodes``: where its bundles are;
+    ``lost``: why the slice is gone (set once, by the health check)."""
 
     groups: list[PlacementGroup]
     removed: bool = False
+    nodes: frozenset[str] = frozenset()
+    lost: str | None = None
 
     def remove(self) -> None:
         if self.removed:
@@ -80,6 +92,7 @@ class _Reservation:
 @attrs.define(eq=False)
 class _Task:
     ref: Any
+    tag: str = ""
     cancelled: bool = False
     reported: bool = False
 
@@ -96,7 +109,9 @@ class RaySliceProvider:
     """One job's slices and host tasks on Ray. Runs inside the job's supervisor actor.
 
     ``non_preemptible_resource``: a resource only non-preemptible nodes have (default: Ray's head-node
-    marker), requested by CPU/GPU gangs with ``preemptible=False``.
+    marker), requested by CPU/GPU gangs with ``preemptible=False``. ``non_preemptible_tpu_label``
+    (``"KEY=VALUE"``): the node label of non-preemptible TPU slices, required by TPU requests with
+    ``preemptible=False`` (the cluster refuses such a request at launch when it is not configured).
     """
 
     def __init__(
@@ -106,8 +121,10 @@ class RaySliceProvider:
         runtime_env: dict[str, Any] | None = None,
         non_preemptible_resource: str = "node:__internal_head__",
         autoscaling: bool = False,
+        non_preemptible_tpu_label: str | None = None,
     ) -> None:
         self.job_id = job_id
+        self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
@@ -117,33 +134,42 @@ class RaySliceProvider:
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
         self._lock = threading.Lock()
         self._pg_seq = itertools.count()  # placement group names must be unique among live groups
+        self._reported_in: set[str] = set()  # tags of the hosts whose process has started
+        self._last_health = 0.0
 
     # ------------------------------------------------------------------------------------- acquire
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         if isinstance(resources.device, TpuConfig):
-            return self._acquire_tpu(resources.device, counts, deadline)
+            return self._acquire_tpu(resources.device, counts, deadline, self._tpu_label(resources))
         return [self._acquire_gang(resources, deadline)]
 
-    def _slices(self, tpu_type: str) -> tuple[int, int]:
-        """(slices of this type in the cluster, slices whose head is free now)."""
+    def _tpu_label(self, resources: ResourceConfig) -> dict[str, str]:
+        """The extra node label a TPU request's slices must carry: the non-preemptible one, or none."""
+        if resources.preemptible:
+            return {}
+        if self.non_preemptible_tpu_label is None:  # RayCluster.launch refuses this; a direct caller gets it here
+            raise Unschedulable("preemptible=False: no non-preemptible TPU capacity is configured (non_preemptible_tpu_label)", permanent=True)
+        key, _, value = self.non_preemptible_tpu_label.partition("=")
+        return {key.strip(): value.strip()}
+
+    def _slices(self, tpu_type: str, label: dict[str, str]) -> tuple[int, int]:
+        """(slices of this type (with ``label``) in the cluster, slices whose head is free now)."""
         spec = get_tpu_spec(tpu_type)
-        total = sum(
-            1
-            for n in _node_table().values()
-            if (n.get("Labels") or {}).get(POD_TYPE_LABEL) == spec.name and (n.get("Labels") or {}).get(WORKER_ID_LABEL) == "0"
-        )
+        want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
+        total = sum(1 for n in _node_table().values() if want.items() <= (n.get("Labels") or {}).items())
         free = int(ray.available_resources().get(spec.head_resource, 0))
         return total, min(free, total)
 
-    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
-        total, free = self._slices(spec.name)
+        total, free = self._slices(spec.name, label)
         seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
         asked = "/".join(map(str, counts))
+        kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
         if min(counts) > seen and not self.autoscaling:
             raise Unschedulable(
-                f"asked: {asked} x {spec.name}; the Ray cluster has {seen} slice(s) of {spec.name} in all "
+                f"asked: {asked} x {kind}; the Ray cluster has {seen} slice(s) of {kind} in all "
                 "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                 permanent=True,
             )
@@ -156,7 +182,7 @@ class RaySliceProvider:
         heads = [
             placement_group(
                 [{spec.head_resource: 1}],
-                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name}],
+                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name, **label}],
                 name=f"fray-{self.job_id}-head-{next(self._pg_seq)}",
             )
             for _ in range(count)
@@ -177,13 +203,13 @@ class RaySliceProvider:
                 placement_group(
                     [{"TPU": float(spec.chips_per_host)}] * spec.hosts,
                     strategy="SPREAD",
-                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h)} for h in range(spec.hosts)],
+                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h), **label} for h in range(spec.hosts)],
                     name=f"fray-{self.job_id}-{name}-{next(self._pg_seq)}",
                 )
                 for name in names
             ]
             groups.extend(workers)
-            if not self._ready(workers, wait_until):
+            if not self._ready(workers, wait_until, held=heads):
                 raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
         except BaseException:
             _Reservation(groups).remove()
@@ -193,8 +219,11 @@ class RaySliceProvider:
         for name, head, worker in zip(names, heads, workers):
             bundle_nodes = _bundle_nodes(worker)
             addrs = tuple(nodes.get(bundle_nodes.get(h, ""), {}).get("NodeManagerAddress", "") for h in range(spec.hosts))
+            held = frozenset(bundle_nodes.values()) | frozenset(_bundle_nodes(head).values())
             leases.append(
-                SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(_Reservation([worker, head]), worker))
+                SliceLease(
+                    name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(_Reservation([worker, head], nodes=held), worker)
+                )
             )
         return leases
 
@@ -220,7 +249,7 @@ class RaySliceProvider:
         bn = _bundle_nodes(pg)
         addrs = tuple(nodes.get(bn.get(i, ""), {}).get("NodeManagerAddress", "") for i in range(n))
         kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
-        return SliceLease(name="ray", device_type=kind, hosts=n, host_addresses=addrs, handle=(_Reservation([pg]), pg))
+        return SliceLease(name="ray", device_type=kind, hosts=n, host_addresses=addrs, handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg))
 
     def _gang_bundle(self, resources: ResourceConfig) -> dict[str, float]:
         bundle: dict[str, float] = {}
@@ -235,10 +264,17 @@ class RaySliceProvider:
         return bundle
 
     @staticmethod
-    def _ready(groups: list[PlacementGroup], until: float) -> bool:
+    def _ready(groups: list[PlacementGroup], until: float, held: Sequence[PlacementGroup] = ()) -> bool:
+        """All ``groups`` placed by ``until``; ``False`` early when a group already ``held`` leaves CREATED
+        (its slice was lost while the rest was being reserved)."""
         refs = [pg.ready() for pg in groups]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, until - time.monotonic()))
-        return len(ready) == len(refs)
+        while True:
+            remaining = until - time.monotonic()
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(remaining, HEALTH_INTERVAL)))
+            if len(ready) == len(refs):
+                return True
+            if remaining <= HEALTH_INTERVAL or any(placement_group_table(pg).get("state") != "CREATED" for pg in held):
+                return False
 
     @staticmethod
     def _sleep_until(deadline: float) -> None:
@@ -295,8 +331,18 @@ class RaySliceProvider:
                 name=f"fray:{self.job_id}:{tag}",
                 **opts,
             ).remote(entry, env, tag, where, self.host_config)
-            runs.append(HostRun(lease=lease, slice_index=int(s), host_index=h, handle=_Task(ref)))
+            runs.append(HostRun(lease=lease, slice_index=int(s), host_index=h, handle=_Task(ref, tag=tag)))
         return runs
+
+    # ------------------------------------------------------------------------------------- started
+
+    def mark_started(self, tag: str) -> None:
+        """A host's process reports in (through the supervisor) before it runs the user's code."""
+        self._reported_in.add(tag)
+
+    def started_runs(self, runs: list[HostRun]) -> list[HostRun]:
+        """The runs whose host process has started (see ``SliceProvider``)."""
+        return [r for r in runs if r.handle.tag in self._reported_in]
 
     def _gang_task_options(self, pg: PlacementGroup, h: int) -> dict[str, Any]:
         spec = placement_group_table(pg).get("bundles", {}).get(h, {})
@@ -313,23 +359,62 @@ class RaySliceProvider:
         live = [r for r in runs if not r.handle.reported]
         if not live:
             return []
+        out = self._lost_runs(live)
+        if out:
+            return out
         by_ref = {r.handle.ref: r for r in live}
         refs = list(by_ref)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout), fetch_local=False)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, min(timeout, HEALTH_INTERVAL)), fetch_local=False)
         if not ready:
-            return []
+            return self._lost_runs(live)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
-        out = []
         for ref in ready:
             run = by_ref[ref]
             run.handle.reported = True
             out.append(self._outcome(run))
         return out
 
+    def _lost_runs(self, live: list[HostRun]) -> list[HostOutcome]:
+        """PREEMPTED outcomes for the unfinished hosts of every lease Ray reports lost (see module doc)."""
+        now = time.monotonic()
+        if now - self._last_health >= HEALTH_INTERVAL:
+            self._last_health = now
+            self._check_health({id(r.lease): r.lease for r in live}.values())
+        out = []
+        for run in live:
+            lost = run.lease.handle[0].lost if run.lease.handle is not None else None
+            if lost is not None and not run.handle.reported:
+                run.handle.reported = True
+                try:
+                    ray.cancel(run.handle.ref, force=True)  # it may still wait for a node that is gone
+                except Exception:
+                    pass
+                out.append(HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"SliceLost: {lost}"))
+        return out
+
+    @staticmethod
+    def _check_health(leases: Any) -> None:
+        """Mark leases whose placement group left CREATED or whose node died (Ray's own state, no text)."""
+        todo = [lease for lease in leases if lease.handle is not None and lease.handle[0].lost is None and not lease.handle[0].removed]
+        if not todo:
+            return
+        alive = set(_node_table())
+        for lease in todo:
+            res: _Reservation = lease.handle[0]
+            dead = sorted(res.nodes - alive)
+            if dead:
+                res.lost = f"{_lease_name(lease)}: node(s) {', '.join(d[:12] for d in dead)} reported dead by Ray"
+                continue
+            for pg in res.groups:
+                state = placement_group_table(pg).get("state")
+                if state != "CREATED":
+                    res.lost = f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
+                    break
+
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
         try:
-            value = ray.get(task.ref, timeout=60)
+            value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
         except rex.TaskCancelledError:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
@@ -359,6 +444,10 @@ class RaySliceProvider:
                     ray.cancel(r.handle.ref, force=True)
                 except Exception:
                     pass  # already finished
+
+
+def _lease_name(lease: SliceLease) -> str:
+    return "the gang" if lease.device_type in ("cpu", "gpu") else f"slice {lease.name}"
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -119,6 +119,7 @@ class JobSupervisor:
             runtime_env=runtime_env,
             non_preemptible_resource=settings["non_preemptible_resource"],
             autoscaling=settings.get("autoscaling", False),
+            non_preemptible_tpu_label=settings.get("non_preemptible_tpu_label"),
         )
         info = JobInfo.from_json(self.store.read(job_id))
         self.runner = GangRunner(
@@ -172,6 +173,12 @@ class JobSupervisor:
         if self.runner is not None:
             self.runner.stop()
         return True
+
+    def host_started(self, tag: str) -> None:
+        """A host's process reports in before it runs the user's code (the job is RUNNING once all did)."""
+        provider = getattr(self, "provider", None)
+        if provider is not None:
+            provider.mark_started(tag)
 
     def append_log(self, tag: str, lines: list[str]) -> None:
         for line in lines:

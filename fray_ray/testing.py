@@ -32,7 +32,7 @@ from fray_core.tpu import get_tpu_spec
 __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
 
 #: Short backoff and deadlines, so tests of retries do not wait for production timings.
-FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0)
+FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0, host_start_timeout=60.0)
 
 _GIB = 1024**3
 
@@ -85,22 +85,46 @@ class FakeTpuCluster:
     _closed: threading.Event = attrs.field(factory=threading.Event)
     _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
 
-    def add_slice(self, tpu_type: str, wait: bool = True) -> str:
-        """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name."""
+    def add_slice(self, tpu_type: str, wait: bool = True, tries: int = 1) -> str:
+        """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name.
+
+        ``tries`` (with ``wait``): on a loaded machine a new raylet can die at start-up (its node agent
+        did not answer in time); its nodes are then removed and a fresh slice is tried, up to ``tries``
+        times."""
+        for left in range(tries - 1, -1, -1):
+            try:
+                return self._add_slice(tpu_type, wait)
+            except Exception:
+                if left == 0 or not wait:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _add_slice(self, tpu_type: str, wait: bool) -> str:
         spec = get_tpu_spec(tpu_type)
         name = f"fake-{spec.name}-{next(self._counter)}"
         main = threading.current_thread() is threading.main_thread()
-        with self._lock:
-            # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
-            # a slice restored from a timer thread goes without them (shutdown() still removes it).
-            self.ray_cluster._shutdown_at_exit = main
-            try:
-                nodes = [self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)) for w in range(spec.hosts)]
-            finally:
-                self.ray_cluster._shutdown_at_exit = True
-        if wait:
-            for node in nodes:
-                self.ray_cluster._wait_for_node(node, timeout=60)
+        nodes: list[Any] = []
+        try:
+            with self._lock:
+                # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
+                # a slice restored from a timer thread goes without them (shutdown() still removes it).
+                self.ray_cluster._shutdown_at_exit = main
+                try:
+                    for w in range(spec.hosts):
+                        nodes.append(self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)))
+                finally:
+                    self.ray_cluster._shutdown_at_exit = True
+            if wait:
+                for node in nodes:
+                    self.ray_cluster._wait_for_node(node, timeout=60)
+        except Exception:
+            for node in nodes:  # a half-started slice is no slice: remove what came up
+                self._removed.append(node.node_id)
+                try:
+                    self.ray_cluster.remove_node(node, allow_graceful=False)
+                except Exception:
+                    pass  # it never came up
+            raise
         with self._lock:
             self._nodes[name] = nodes
             self._types[name] = spec.name
@@ -131,7 +155,7 @@ class FakeTpuCluster:
         def restore() -> None:
             if self._closed.wait(restore_after):
                 return
-            self.add_slice(tpu_type)
+            self.add_slice(tpu_type, tries=3)
 
         t = threading.Thread(target=restore, daemon=True, name=f"fray-restore-{slice_name}")
         self._threads.append(t)
@@ -170,12 +194,17 @@ def fake_tpu_cluster(
     retry_policy: RetryPolicy | None = None,
     namespace: str | None = None,
     jobs_dir: str | None = None,
+    health_check_period: float | None = None,
 ) -> Iterator[FakeTpuCluster]:
     """Start a multi-node Ray cluster on this machine whose nodes are emulated TPU hosts.
 
     ``slices`` maps a TPU type to a slice count, e.g. ``{"v4-16": 2}`` (2 slices x 2 hosts). The head node
     is not a TPU host (supervisors and CPU work run there). Connects this process and yields a
     :class:`FakeTpuCluster`; shuts everything down on exit. Takes about 15 s on 2 cores for 4 hosts.
+
+    ``health_check_period`` (seconds): how often the head checks each node; a removed node is reported
+    dead after 4 missed checks. ``None`` keeps Ray's default (3 s x 5, about 15 s), as on a real cluster;
+    tests use 1 s so that a slice lost before its hosts run is detected sooner.
 
     >>> with fake_tpu_cluster({"v4-16": 2}) as fake:  # doctest: +SKIP
     ...     fake.cluster.wait(fake.cluster.launch(request), timeout=300)
@@ -187,10 +216,15 @@ def fake_tpu_cluster(
 
     if ray.is_initialized():
         raise RuntimeError("fake_tpu_cluster: this process is already connected to Ray; call ray.shutdown() first")
-    rc = RayTestCluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": head_cpus, "memory": 16 * _GIB, "object_store_memory": 200 * 1024 * 1024},
-    )
+    head_args: dict[str, Any] = {"num_cpus": head_cpus, "memory": 16 * _GIB, "object_store_memory": 200 * 1024 * 1024}
+    if health_check_period is not None:
+        period_ms = int(health_check_period * 1000)
+        head_args["_system_config"] = {
+            "health_check_period_ms": period_ms,
+            "health_check_timeout_ms": 2 * period_ms,
+            "health_check_failure_threshold": 4,
+        }
+    rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address)
     try:
         for tpu_type, count in slices.items():

@@ -19,5 +19,5 @@ def ray_tpu_cluster(_isolated_jobs_dir: None):  # type: ignore[no-untyped-def]
     pytest.importorskip("ray")
     from fray_ray.testing import fake_tpu_cluster
 
-    with fake_tpu_cluster({"v4-16": 2}) as fake:
+    with fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0) as fake:
         yield fake

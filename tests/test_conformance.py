@@ -272,6 +272,8 @@ def test_env_vars_reach_every_host(harness: Harness, tmp_path: Path) -> None:
 def test_a_job_is_pollable_from_a_second_process(harness: Harness, tmp_path: Path) -> None:
     job_id = harness.cluster.launch(tpu_job(run_until_released, tmp_path))
     wait_for(lambda: len(markers(tmp_path, 0)) == 2, what="the job's hosts to start")
+    # RUNNING once every host reported in (on Ray the report reaches the runner a moment after the marker)
+    wait_for(lambda: harness.cluster.poll(job_id).status == JobStatus.RUNNING, what="the job to be RUNNING")
     script = (
         "import json, sys\n"
         "from fray_core.cluster import cluster_from_spec\n"

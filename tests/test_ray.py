@@ -114,7 +114,7 @@ def test_the_job_outlives_its_driver_and_is_pollable_by_id(ray_tpu_cluster: Any,
     job_id = out.stdout.strip().splitlines()[-1]
     cluster = ray_tpu_cluster.cluster
     wait_for(lambda: started(tmp_path, 0) == 2, what="the job's hosts (the driver has exited)")
-    assert cluster.poll(job_id).status == JobStatus.RUNNING
+    wait_for(lambda: cluster.poll(job_id).status == JobStatus.RUNNING, what="RUNNING (every host reported in)")
     (tmp_path / "release-a0").touch()
     info = cluster.wait(job_id, timeout=120)
     assert info.status == JobStatus.SUCCEEDED, info.error

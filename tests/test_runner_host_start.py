@@ -1,0 +1,135 @@
+"""The runner's view of host start (backend-neutral): with a provider that reports which hosts have started
+(``started_runs``), a job is RUNNING only once every host of the attempt started, the progress says how
+many did, ``Attempt.hosts_started_at`` records when, and an attempt whose hosts do not all start within
+``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider without
+``started_runs`` counts its hosts started when ``start`` returns. On a fake clock: no processes, no sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from fray_core.runner import GangRunner, HostOutcome, HostOutcomeKind, HostRun, RetryPolicy, SliceLease
+from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig
+
+POLICY = RetryPolicy(backoff_initial=0.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=2.0, host_start_timeout=30.0)
+
+
+@attrs.define
+class Clock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@attrs.define(eq=False)
+class ScriptedProvider:
+    """One v4-16 slice per attempt; ``step(provider, t)`` runs before every ``wait_any`` (time ``t``) and
+    may mark hosts started (``started``) or ended (``ended``: run key -> kind)."""
+
+    clock: Clock
+    step: Callable[[ScriptedProvider, float], None]
+    started: set[tuple[int, int, int]] = attrs.field(factory=set)  # (attempt, slice, host)
+    ended: dict[tuple[int, int, int], HostOutcomeKind] = attrs.field(factory=dict)
+    cancelled: set[tuple[int, int, int]] = attrs.field(factory=set)
+    released: list[str] = attrs.field(factory=list)
+    attempt: int = -1
+
+    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        self.attempt += 1
+        return [SliceLease(name=f"slice-{self.attempt}", device_type="v4-16", hosts=2, host_addresses=("10.0.0.1", "10.0.0.2"))]
+
+    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+        return [HostRun(lease, 0, h, handle=(self.attempt, 0, h)) for h in range(lease.hosts)]
+
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
+        self.step(self, self.clock.now)
+        self.clock.now += timeout
+        out = []
+        for r in runs:
+            if r.handle in self.cancelled:
+                out.append(HostOutcome(r, HostOutcomeKind.CANCELLED))
+            elif r.handle in self.ended:
+                out.append(HostOutcome(r, self.ended[r.handle], result=r.handle[2]))
+        return out
+
+    def cancel(self, runs: list[HostRun]) -> None:
+        self.cancelled.update(r.handle for r in runs)
+
+    def release(self, leases: list[SliceLease]) -> None:
+        self.released.extend(lease.name for lease in leases)
+
+
+@attrs.define(eq=False)
+class Reporting(ScriptedProvider):
+    def started_runs(self, runs: list[HostRun]) -> list[HostRun]:
+        return [r for r in runs if r.handle in self.started]
+
+
+def run(provider: ScriptedProvider, preemptions: int = 1) -> tuple[JobInfo, list[tuple[str, str | None]]]:
+    seen: list[tuple[str, str | None]] = []
+    request = JobRequest(
+        name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16"), max_retries_preemption=preemptions
+    )
+    runner = GangRunner(
+        "job-1", request, provider, policy=POLICY, clock=provider.clock, wall=provider.clock, sleep=lambda s: None,
+        on_change=lambda info: seen.append((info.status.value, info.progress)),
+    )
+    runner.run()
+    return runner.info, seen
+
+
+def test_running_only_once_every_host_reported_in_and_the_progress_says_how_many() -> None:
+    def step(p: ScriptedProvider, t: float) -> None:
+        if t == 3.0:
+            p.started.add((0, 0, 1))
+        if t == 6.0:
+            p.started.add((0, 0, 0))
+        if t == 9.0:
+            p.ended.update({(0, 0, 0): HostOutcomeKind.SUCCEEDED, (0, 0, 1): HostOutcomeKind.SUCCEEDED})
+
+    info, seen = run(Reporting(Clock(), step))
+    assert info.status == JobStatus.SUCCEEDED and info.result == [0, 1]
+    assert seen[seen.index(("PENDING", "attempt 0: 1 of 2 hosts started on slice-0")) - 1] == ("PENDING", "attempt 0: starting 2 hosts on slice-0")
+    assert ("RUNNING", "attempt 0: running on slice-0") in seen
+    assert all(status == "PENDING" for status, _ in seen[: seen.index(("RUNNING", "attempt 0: running on slice-0"))])
+    assert info.attempts[0].hosts_started_at == 7.0  # noticed after the wait in which the last host reported
+
+
+def test_hosts_that_never_start_end_the_attempt_as_preempted_at_the_start_deadline() -> None:
+    def step(p: ScriptedProvider, t: float) -> None:
+        if p.attempt == 0:
+            p.started.add((0, 0, 0))  # host 1 of attempt 0 never starts (its node is gone)
+        else:
+            p.started.update({(1, 0, 0), (1, 0, 1)})
+            p.ended.update({(1, 0, 0): HostOutcomeKind.SUCCEEDED, (1, 0, 1): HostOutcomeKind.SUCCEEDED})
+
+    provider = Reporting(Clock(), step)
+    info, seen = run(provider)
+    assert info.status == JobStatus.SUCCEEDED and info.preemptions == 1 and info.failures == 0
+    first = info.attempts[0]
+    assert first.outcome.value == "PREEMPTED" and first.hosts_started_at is None
+    assert "host start timed out: 1 of 2 hosts had not started 30 s after" in first.cause and "slice 0 (slice-0) host 1" in first.cause
+    assert first.ended_at - first.started_at >= POLICY.host_start_timeout
+    assert {(0, 0, 0), (0, 0, 1)} <= provider.cancelled and provider.released == ["slice-0", "slice-1"]
+    assert ("RUNNING", "attempt 0: running on slice-0") not in seen
+
+
+def test_a_provider_that_cannot_tell_counts_hosts_started_when_start_returned() -> None:
+    def step(p: ScriptedProvider, t: float) -> None:
+        p.ended.update({(0, 0, 0): HostOutcomeKind.SUCCEEDED, (0, 0, 1): HostOutcomeKind.SUCCEEDED})
+
+    info, seen = run(ScriptedProvider(Clock(), step))
+    assert info.status == JobStatus.SUCCEEDED and info.attempts[0].hosts_started_at == 0.0
+    assert seen[1:3] == [("PENDING", "attempt 0: starting 2 hosts on slice-0"), ("RUNNING", "attempt 0: running on slice-0")]
+
+
+def test_the_attempt_record_keeps_when_its_hosts_were_up() -> None:
+    from fray_core.types import Attempt
+
+    a = Attempt(index=0, started_at=1.0, hosts_started_at=2.5)
+    assert Attempt.from_json(a.to_json()) == a
+    assert Attempt.from_json({"index": 0}).hosts_started_at is None  # records written before the field
