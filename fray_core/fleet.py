@@ -488,6 +488,31 @@ class Fleet:
                 chosen.append(sl)
         return chosen
 
+    def free_slices(self, tpu_type: str, holder: str | None = None) -> int:
+        """Free slices of a type that ``holder`` could take now: not quarantined and not reserved for a
+        holder waiting in the queue (for one not in line, every waiter is ahead of it). What an elastic
+        job asks while it runs, to know whether it could grow.
+
+        >>> fleet = Fleet({"v4-16": 3})
+        >>> _ = fleet.try_acquire("elastic", "v4-16", [1])
+        >>> fleet.free_slices("v4-16", "elastic")
+        2
+        >>> _ = fleet.try_acquire("other", "v4-16", [1])
+        >>> fleet.try_acquire("big", "v4-16", [2]) is None       # waits in line, reserving the free slice
+        True
+        >>> fleet.free_slices("v4-16", "elastic")
+        0
+        """
+        spec = get_tpu_spec(tpu_type)
+        avail = len(self._free.get(spec.name, ()))
+        if self._quarantined:
+            self._lift_expired()
+            avail -= self._qfree.get(spec.name, 0)
+        queue = self._queues.get(spec.name)
+        if queue:
+            avail -= queue.reserved_ahead(holder or "", self.clock.now())
+        return max(0, avail)
+
     def queue(self, tpu_type: str) -> list[str]:
         """The holders waiting for slices of a type, oldest first."""
         q = self._queues.get(get_tpu_spec(tpu_type).name)

@@ -17,6 +17,7 @@ Example (with any provider)::
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import traceback
@@ -31,6 +32,7 @@ from fray_core.errors import Unschedulable
 from fray_core.types import (
     Attempt,
     AttemptOutcome,
+    ElasticConfig,
     Entrypoint,
     Goodput,
     JobId,
@@ -115,6 +117,14 @@ class SliceProvider(Protocol):
     Optional: ``was_preempted(lease) -> bool`` (e.g. a cloud metadata probe) is asked when an attempt
     failed without any host reported as preempted.
 
+    Optional: ``free_slices(tpu_type) -> int``: how many free slices of the type this job could take
+    now (not reserved for a job waiting in the fleet's queue); cheap and non-blocking. An elastic job
+    (``JobRequest.elastic``) grows only on a provider with it; without it (the Ray provider) it never grows.
+
+    Optional: ``cancel(runs, grace=seconds)``: a graceful stop (SIGTERM, ``grace`` seconds to
+    checkpoint, then kill), used when an elastic job is resized. A provider whose ``cancel`` has no
+    ``grace`` gets a plain ``cancel``.
+
     Optional: ``started_runs(runs) -> list[HostRun]``: the runs among ``runs`` whose host process has
     actually started (reported in); cheap and non-blocking (the runner asks every ``poll_interval``). A
     provider with it makes the job RUNNING only once every host started, and an attempt whose hosts are
@@ -166,10 +176,12 @@ def host_envs(
     tpu: TpuConfig | None,
     user_env: dict[str, str] | None = None,
     megascale_port: int = MEGASCALE_DEFAULT_PORT,
+    elastic: ElasticConfig | None = None,
 ) -> list[list[dict[str, str]]]:
     """The environment of every host of every slice for one attempt: ``envs[slice][host]``.
 
-    Recomputed from the slices actually held, so a retry never sees a stale coordinator.
+    Recomputed from the slices actually held, so a retry never sees a stale coordinator. An elastic job's
+    hosts also get ``FRAY_ELASTIC=1`` and ``FRAY_ELASTIC_GRACE`` (seconds to checkpoint when stopped).
     """
     n_slices = len(leases)
     total = sum(lease.hosts for lease in leases)
@@ -179,6 +191,8 @@ def host_envs(
     job_env.update(
         FRAY_JOB_ID=str(job_id), FRAY_ATTEMPT=str(attempt), FRAY_NUM_SLICES=str(n_slices), FRAY_NUM_REPLICAS=str(total)
     )
+    if elastic is not None:
+        job_env.update(FRAY_ELASTIC="1", FRAY_ELASTIC_GRACE=f"{elastic.grace:g}")
     if tpu is not None:
         job_env.update(TPU_ACCELERATOR_TYPE=tpu.type, TPU_TOPOLOGY=tpu.resolved_topology)
         if n_slices > 1:
@@ -294,6 +308,11 @@ class GangRunner:
                 return self._finish(JobStatus.SUCCEEDED, results, None)
             if outcome is AttemptOutcome.CANCELLED or self.stopped:
                 return self._finish(JobStatus.STOPPED, None, "terminated")
+            if outcome is AttemptOutcome.RESIZED:  # ended by us to grow: no budget, no backoff
+                consecutive_bad = 0
+                self.info.progress = f"attempt {attempt.index} resized; restarting on more slices"
+                self._changed()
+                continue
             if outcome is AttemptOutcome.FAILED:
                 self.info.failures += 1
                 if self.info.failures > req.max_retries_failure:
@@ -400,7 +419,7 @@ class GangRunner:
             n_hosts = sum(lease.hosts for lease in leases)
             self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
-            envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars)
+            envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
             try:
                 for s, lease in enumerate(leases):
                     if self.stopped:
@@ -448,10 +467,30 @@ class GangRunner:
         start_deadline = self.clock() + self.policy.host_start_timeout
         if not not_started:
             self._all_started(attempt)
+        grow = self._grow_watch(leases)
         while pending and first_bad is None:
             if self.stopped:
                 self._cancel_and_drain(runs, pending)
                 return AttemptOutcome.CANCELLED, "terminated", None
+            if grow is not None:
+                target = grow()
+                if target is not None:
+                    elastic = self.request.elastic
+                    assert elastic is not None
+                    self.info.progress = (
+                        f"attempt {attempt.index}: growing from {len(leases)} to {target} slices; "
+                        f"stopping the hosts ({elastic.grace:g} s to checkpoint)"
+                    )
+                    self._changed()
+                    self._cancel_and_drain(runs, pending, grace=elastic.grace)
+                    if self.stopped:
+                        return AttemptOutcome.CANCELLED, "terminated", None
+                    return (
+                        AttemptOutcome.RESIZED,
+                        f"resized: {target} slices of {leases[0].device_type} free for {elastic.grow_after:g} s; "
+                        f"growing from {len(leases)} slice(s)",
+                        None,
+                    )
             if not_started and self.clock() >= start_deadline:
                 late = sorted(not_started, key=lambda r: (r.slice_index, r.host_index))
                 self._cancel_and_drain(runs, pending)
@@ -490,13 +529,45 @@ class GangRunner:
             return AttemptOutcome.PREEMPTED, f"host reported preempted by the cloud; {cause}", None
         return AttemptOutcome.FAILED, cause, None
 
-    def _cancel_and_drain(self, runs: list[HostRun], pending: set[HostRun]) -> list[HostOutcome]:
-        """Cancel the still-running hosts and collect how they ended, for at most ``cancel_grace``."""
+    def _grow_watch(self, leases: list[SliceLease]) -> Callable[[], int | None] | None:
+        """For an elastic job below its largest count on a provider that can tell free slices: a check,
+        asked every poll, that returns the count to grow to once larger counts have fit without a break
+        for ``grow_after`` seconds (else ``None``). ``None`` when the job cannot grow."""
+        elastic = self.request.elastic
+        tpu = self.request.resources.device
+        free_slices = getattr(self.provider, "free_slices", None)
+        held = len(leases)
+        counts = self.request.resources.replica_counts
+        if elastic is None or free_slices is None or not isinstance(tpu, TpuConfig) or held >= counts[0]:
+            return None
+        since: float | None = None  # since when a larger count has fit, without a break
+
+        def check() -> int | None:
+            nonlocal since
+            fits = [c for c in counts if held < c <= held + free_slices(tpu.type)]
+            if not fits:
+                since = None
+                return None
+            now = self.clock()
+            if since is None:
+                since = now
+            return fits[0] if now - since >= elastic.grow_after else None
+
+        return check
+
+    def _cancel_and_drain(
+        self, runs: list[HostRun], pending: set[HostRun], grace: float | None = None
+    ) -> list[HostOutcome]:
+        """Cancel the still-running hosts and collect how they ended, for at most ``cancel_grace``
+        (after a graceful stop's ``grace``, which a provider that supports it gives the hosts)."""
         if not pending:
             return []
-        self.provider.cancel(list(pending))
+        if grace is not None and _accepts_grace(self.provider.cancel):
+            self.provider.cancel(list(pending), grace=grace)  # type: ignore[call-arg]
+        else:
+            self.provider.cancel(list(pending))
         out: list[HostOutcome] = []
-        deadline = self.clock() + self.policy.cancel_grace
+        deadline = self.clock() + self.policy.cancel_grace + (grace or 0.0)
         while pending:
             remaining = deadline - self.clock()
             if remaining <= 0:
@@ -506,6 +577,14 @@ class GangRunner:
                 pending.discard(o.run)
                 out.append(o)
         return out
+
+
+def _accepts_grace(cancel: Callable[..., None]) -> bool:
+    try:
+        params = inspect.signature(cancel).parameters
+    except (TypeError, ValueError):
+        return False
+    return "grace" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _where(run: HostRun) -> str:

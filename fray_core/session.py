@@ -328,7 +328,7 @@ class _Core:
                 return [cloudpickle.loads(replies[k]) for k in sorted(replies)]
             info = self.settled(attempt)
             outcome = info.attempts[attempt].outcome if len(info.attempts) > attempt else None
-            if outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE) and not info.status.is_terminal():
+            if outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE, AttemptOutcome.RESIZED) and not info.status.is_terminal():
                 continue  # the runner is re-acquiring: send the call again to the next attempt's workers
             if error is not None and outcome is AttemptOutcome.FAILED:
                 host, err = error

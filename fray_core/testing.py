@@ -315,6 +315,7 @@ class InMemorySliceProvider:
         self.start_calls = 0
         self.hosts_started = 0
         self.unschedulable: list[tuple[float, str, bool]] = []  # (time, message, permanent)
+        self.graceful_cancels: list[tuple[float, float, int]] = []  # (time, grace, hosts) of cancel(grace=...)
 
     # -------------------------------------------------------------------------------- inventory
 
@@ -382,6 +383,11 @@ class InMemorySliceProvider:
             due = clock.next_due()
             clock.advance_to(deadline if due is None or due > deadline else due)
             idled = False
+
+    def free_slices(self, tpu_type: str) -> int:
+        """Free slices of the type this job could take now (not reserved for a job waiting in the
+        fleet's queue): the optional provider method an elastic job grows by."""
+        return self.fleet.free_slices(tpu_type, _SELF)
 
     def _take(self, got: list[FleetLease], counts: tuple[int, ...], free_before: int) -> list[SliceLease]:
         group = next(self._groups)
@@ -621,7 +627,11 @@ class InMemorySliceProvider:
             clock.advance_to(deadline if due is None or due > deadline else due)
             idled = False
 
-    def cancel(self, runs: list[HostRun]) -> None:
+    def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
+        """End running hosts as CANCELLED at once (a host told to stop gracefully, ``grace``, is taken to
+        have checkpointed and exited within it; ``graceful_cancels`` records each such call)."""
+        if grace is not None:
+            self.graceful_cancels.append((self.clock.now(), grace, len(runs)))
         for run in runs:
             host = run.handle
             host.cancelled = True

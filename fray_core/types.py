@@ -536,12 +536,58 @@ def create_environment(
 # ------------------------------------------------------------------------------------------- request
 
 
+def _check_seconds(field: str, *, positive: bool) -> Callable[[Any, attrs.Attribute, Any], None]:
+    allowed = "> 0" if positive else ">= 0"
+
+    def check(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (value <= 0 if positive else value < 0)
+        ):
+            raise ValueError(f"{field}: expected seconds {allowed}, got {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class ElasticConfig:
+    """Elastic multislice: a TPU job with several acceptable slice counts grows when slices free up.
+
+    The job starts on the largest acceptable count that fits (as any job with ``replicas=[...]``). While it
+    runs below the largest count, once more slices have been free (and not reserved for a job waiting in
+    the fleet's queue) for ``grow_after`` seconds without a break, the runner stops the attempt gracefully
+    (SIGTERM to every host, ``grace`` seconds to checkpoint, then kill) and starts the next attempt on the
+    larger count. That attempt ends ``RESIZED``, which spends no retry budget. A preempted slice ends the
+    attempt as usual (PREEMPTED) and the next attempt takes what fits: the job shrinks. Hosts see
+    ``FRAY_ELASTIC=1`` and ``FRAY_ELASTIC_GRACE`` (seconds) in their env.
+
+    >>> ElasticConfig(grow_after=600.0, grace=30.0).grace
+    30.0
+    >>> ElasticConfig(grow_after=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: ElasticConfig.grow_after: expected seconds > 0, got 0
+    """
+
+    grow_after: float = attrs.field(default=600.0, validator=_check_seconds("ElasticConfig.grow_after", positive=True))
+    grace: float = attrs.field(default=30.0, validator=_check_seconds("ElasticConfig.grace", positive=False))
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "grow_after", float(self.grow_after))
+        object.__setattr__(self, "grace", float(self.grace))
+
+
 @attrs.frozen
 class JobRequest:
     """A job: a name, what to run, on what, in which environment, with two retry budgets.
 
     ``max_retries_failure=N`` allows N retries after the user's code fails: at most N+1 attempts end
     FAILED. ``max_retries_preemption=N`` likewise bounds attempts that end PREEMPTED or UNSCHEDULABLE.
+    ``elastic``: an :class:`ElasticConfig` lets a TPU job with several acceptable slice counts
+    (``replicas=[4, 2, 1]``) grow to a larger count when slices free up (attempts ended to grow are
+    RESIZED and spend no budget).
 
     >>> req = JobRequest(name="hello", entrypoint=Entrypoint(binary="echo", args=["hi"]))
     >>> req.max_retries_preemption
@@ -554,6 +600,7 @@ class JobRequest:
     environment: EnvironmentConfig | None = attrs.field(default=None)
     max_retries_failure: int = attrs.field(default=0)
     max_retries_preemption: int = attrs.field(default=100)
+    elastic: ElasticConfig | None = attrs.field(default=None)
 
     @name.validator
     def _check_name(self, _a: attrs.Attribute, value: Any) -> None:
@@ -580,6 +627,21 @@ class JobRequest:
     def _check_budget(self, a: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"JobRequest.{a.name}: expected an int >= 0, got {value!r}")
+
+    @elastic.validator
+    def _check_elastic(self, _a: attrs.Attribute, value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, ElasticConfig):
+            raise TypeError(f"JobRequest.elastic: expected ElasticConfig(grow_after=..., grace=...) or None, got {value!r}")
+        res = self.resources
+        if not isinstance(res.device, TpuConfig) or len(res.replica_counts) < 2:
+            what = "TPU" if isinstance(res.device, TpuConfig) else type(res.device).__name__
+            got = list(res.replicas) if isinstance(res.replicas, tuple) else res.replicas
+            raise ValueError(
+                f"JobRequest.elastic: needs a TPU device and more than one acceptable slice count, "
+                f"e.g. ResourceConfig(device=TpuConfig(type='v4-16'), replicas=[4, 2, 1]); got {what} with replicas={got!r}"
+            )
 
     @property
     def env_vars(self) -> dict[str, str]:
@@ -616,6 +678,8 @@ class AttemptOutcome(str, enum.Enum):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     UNSCHEDULABLE = "UNSCHEDULABLE"
+    #: ended by the runner to restart an elastic job on more slices (spends no retry budget)
+    RESIZED = "RESIZED"
 
     def __str__(self) -> str:
         return self.value
@@ -666,7 +730,7 @@ class Goodput:
     """How a finished job's wall time (``submitted_at`` to ``finished_at``) was spent, in seconds and in
     chip-seconds: ``pending_s`` queued, acquiring slices or backing off between attempts; ``productive_s``
     the attempt that produced the result, from getting its slices to its end; ``lost_s`` attempts that did
-    not (preempted, failed, cancelled). The three add up to the wall time. Chip-seconds count the TPU chips
+    not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time. Chip-seconds count the TPU chips
     held (``pending_chip_s``: the chips asked for, while waiting); 0 for CPU/GPU jobs.
 
     >>> g = Goodput(pending_s=10.0, productive_s=80.0, lost_s=10.0)
@@ -936,4 +1000,7 @@ def summarize_request(request: JobRequest) -> dict[str, Any]:
         "max_retries_failure": request.max_retries_failure,
         "max_retries_preemption": request.max_retries_preemption,
         "env_vars": sorted(request.env_vars),
+        "elastic": (
+            {"grow_after": request.elastic.grow_after, "grace": request.elastic.grace} if request.elastic else None
+        ),
     }

@@ -90,6 +90,16 @@ def _kill_tree(worker: int) -> int | None:
     return status
 
 
+def _soft_stop_grace() -> float:
+    """How long a graceful stop waits: an elastic job's hosts get its ``grace`` to checkpoint (the
+    supervisor kills them when it is over; this is the backstop should it not)."""
+    try:
+        elastic = float(os.environ.get("FRAY_ELASTIC_GRACE", "") or 0.0)
+    except ValueError:
+        elastic = 0.0
+    return max(SOFT_STOP_GRACE, elastic + 1.0)
+
+
 def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
     watched = {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS}
     status = None
@@ -110,7 +120,7 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
             break
         elif soft_deadline is None:  # stop gracefully: SIGTERM to the worker and everything it started
             _signal_all(worker, signal.SIGTERM)
-            soft_deadline = time.monotonic() + SOFT_STOP_GRACE
+            soft_deadline = time.monotonic() + _soft_stop_grace()
     st = _kill_tree(worker)
     status = status if status is not None else st
     if status is None:

@@ -253,6 +253,12 @@ class TpuFleet:
                     raise self.model.unschedulable(wanted, spec.name, holder=job_id)
                 self._cond.wait(min(remaining, 0.5))
 
+    def free_slices(self, tpu_type: str, job_id: str | None = None) -> int:
+        """Free slices of a type ``job_id`` could take now: not quarantined, not reserved for a job
+        waiting in the fleet's queue (how an elastic job knows it could grow)."""
+        with self._cond:
+            return self.model.free_slices(tpu_type, job_id)
+
     def release(self, lease: SliceLease) -> None:
         """Give a slice back; idempotent, and a no-op for a slice preempted while held. Faults armed for
         the attempt that held it and not fired yet are cancelled."""

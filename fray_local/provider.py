@@ -181,14 +181,22 @@ class LocalSliceProvider:
 
     # -------------------------------------------------------------------------------------- cancel
 
-    def cancel(self, runs: list[HostRun]) -> None:
+    def free_slices(self, tpu_type: str) -> int:
+        """Free slices of the type this job could take now (not reserved for a job waiting in the
+        fleet's queue): how an elastic job knows it could grow."""
+        return self.fleet.free_slices(tpu_type, self.job_id)
+
+    def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
+        """Stop these hosts: SIGTERM (the guardian passes it to every process of the host), then kill
+        whatever is left after ``grace`` seconds (1 s when not given; an elastic job's resize gives its
+        ``ElasticConfig.grace`` to checkpoint)."""
         for r in runs:
             host = self._hosts[r]
             if not host.done.is_set():
                 host.cancelled = True
                 host.signal(signal.SIGTERM)  # the host's guardian passes it to every process of the host
         # Give the processes a moment to exit cleanly, then make sure.
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + (1.0 if grace is None else max(0.0, grace))
         for r in runs:
             host = self._hosts[r]
             if not host.done.wait(max(0.0, deadline - time.monotonic())):

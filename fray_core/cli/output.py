@@ -171,7 +171,7 @@ def describe_resources(summary: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------ timeline
 
-_FILL = {"SUCCEEDED": "=", "PREEMPTED": "~", "FAILED": "x", "CANCELLED": "-", "UNSCHEDULABLE": "?"}
+_FILL = {"SUCCEEDED": "=", "PREEMPTED": "~", "FAILED": "x", "CANCELLED": "-", "UNSCHEDULABLE": "?", "RESIZED": "+"}
 _LEGEND = [
     ("N", "attempt N starts"),
     ("=", "succeeded"),
@@ -179,6 +179,7 @@ _LEGEND = [
     ("x", "failed"),
     ("-", "stopped"),
     ("?", "unschedulable"),
+    ("+", "resized (stopped to grow)"),
     (">", "running"),
     (".", "waiting for slices"),
     ("P", "preemption"),
