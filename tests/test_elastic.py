@@ -264,3 +264,94 @@ def test_elastic_properties(seed: int, replicas: list[int], grow_after: float, b
                 run_start = t if run_start is None else run_start
                 assert t - run_start < grow_after + 2.0, (a, t, run_start)
     provider.check()
+
+
+# ------------------------------------------------------------------- the simulated fleet (real processes)
+
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import helpers  # noqa: E402
+
+from fray_local import LocalCluster, TpuFleet  # noqa: E402
+from fray_local.testing import TEST_POLICY  # noqa: E402
+
+
+def elastic_host(marks: str, hold: list[int]) -> dict[str, str]:
+    """Note what this host saw; on an attempt in ``hold``, run until stopped (checkpointing on SIGTERM)."""
+    env = {k: os.environ.get(k, "") for k in ("FRAY_ATTEMPT", "FRAY_NUM_SLICES", "FRAY_ELASTIC", "TPU_NAME", "FRAY_HOST_ID")}
+    tag = f"a{env['FRAY_ATTEMPT']}-{env['TPU_NAME']}-h{env['FRAY_HOST_ID']}"
+    with open(os.path.join(marks, f"started-{tag}"), "w") as f:
+        json.dump(env, f)
+    if int(env["FRAY_ATTEMPT"]) in hold:
+
+        def checkpoint(_sig: int, _frame: object) -> None:
+            open(os.path.join(marks, f"checkpointed-{tag}"), "w").close()
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, checkpoint)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise RuntimeError("held for 60 s and never stopped")
+    return env
+
+
+def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_a_preemption(tmp_path: Path) -> None:
+    fleet = TpuFleet({"v4-16": 2})
+    cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    go = str(tmp_path / "go")
+
+    def request(name: str, hold: list[int]) -> JobRequest:
+        return JobRequest(
+            name=name, entrypoint=Entrypoint(callable=elastic_host, args=(str(marks), hold)),
+            resources=ResourceConfig(device=TpuConfig(type="v4-16"), replicas=[2, 1]),
+            elastic=ElasticConfig(grow_after=1.0, grace=1.0), max_retries_preemption=1,
+        )
+
+    try:
+        from test_policy import hold_until
+
+        blocker = cluster.launch(JobRequest(name="blocker", entrypoint=Entrypoint(callable=hold_until, args=(go,)),
+                                            resources=ResourceConfig.with_tpu("v4-16"), max_retries_preemption=0))
+        helpers.wait_for(lambda: cluster.poll(blocker).status is JobStatus.RUNNING, what="blocker running")
+        grows = cluster.launch(request("grows", hold=[0]))
+        helpers.wait_for(lambda: cluster.poll(grows).status is JobStatus.RUNNING, what="elastic job running")
+        assert [len(a.slices) for a in cluster.poll(grows).attempts] == [1]
+        open(go, "w").close()  # the other job ends: its slice is free
+        info = cluster.wait(grows, timeout=60)
+        assert info.status is JobStatus.SUCCEEDED, info.error
+        assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
+            (AttemptOutcome.RESIZED, 1), (AttemptOutcome.SUCCEEDED, 2)
+        ]
+        assert (info.preemptions, info.failures) == (0, 0)
+        assert len(info.result) == 4 and {r["FRAY_NUM_SLICES"] for r in info.result} == {"2"}
+        assert {r["FRAY_ELASTIC"] for r in info.result} == {"1"}
+        # attempt 0's hosts were stopped gracefully: both checkpointed on SIGTERM
+        assert sorted(p.name for p in marks.glob("checkpointed-a0-*")) == [
+            f"checkpointed-a0-{info.attempts[0].slices[0]}-h{h}" for h in (0, 1)
+        ]
+
+        shrinks = cluster.launch(request("shrinks", hold=[0]))
+        first = helpers.wait_for(
+            lambda: (i := cluster.poll(shrinks)).status is JobStatus.RUNNING and i.attempts and i.attempts[0], what="running"
+        )
+        assert len(first.slices) == 2
+        fleet.preempt(first.slices[1], restore_after=None)  # that slice is gone: the job shrinks to 1
+        info = cluster.wait(shrinks, timeout=60)
+        assert info.status is JobStatus.SUCCEEDED, info.error
+        assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
+            (AttemptOutcome.PREEMPTED, 2), (AttemptOutcome.SUCCEEDED, 1)
+        ]
+        assert info.preemptions == 1 and len(info.result) == 2
+        assert {r["FRAY_NUM_SLICES"] for r in info.result} == {"1"} and {r["FRAY_ELASTIC"] for r in info.result} == {"1"}
+    finally:
+        open(go, "w").close()
+        cluster.close()
+        fleet.close()
