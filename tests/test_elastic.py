@@ -355,3 +355,16 @@ def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_
         open(go, "w").close()
         cluster.close()
         fleet.close()
+
+
+def test_the_cli_timeline_draws_a_resized_attempt() -> None:
+    from fray_core.cli.output import timeline
+    from fray_core.types import Attempt, JobInfo
+
+    info = JobInfo(job_id="j", name="j", status=JobStatus.SUCCEEDED, submitted_at=100.0, finished_at=104.0, attempts=[
+        Attempt(0, ["s-0"], 100.0, 102.0, AttemptOutcome.RESIZED, "resized", acquired_at=100.0),
+        Attempt(1, ["s-0", "s-1"], 102.0, 104.0, AttemptOutcome.SUCCEEDED, acquired_at=102.0),
+    ])
+    lines = timeline(info, width=21)
+    assert lines[0] == "s-0 |0+++++++++1==========|"
+    assert lines[-1] == "N attempt N starts  = succeeded  + resized (stopped to grow)  attempt 1 resized 1 -> 2 slices"
