@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
+
 
 class FrayError(Exception):
     """Base class of every error Fray raises on purpose."""
@@ -71,3 +76,32 @@ class ResultUnavailableError(FrayError):
 class UnsafeJobsDirError(ResultUnavailableError, PermissionError):
     """Results are not loaded from a jobs dir or job dir that another user owns or could write: unpickling
     a file runs code, as whoever reads it. The message says which dir, why, and how to fix it."""
+
+
+def loaded_exception_class(module: str, qualname: str) -> type[Exception] | None:
+    """The exception class ``module.qualname`` if this process has that module loaded; never imports.
+
+    Used to re-raise a remote error as the user's own type without unpickling anything.
+    """
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return obj if isinstance(obj, type) and issubclass(obj, Exception) else None
+
+
+def as_user_exception(base: type[_E], user_cls: type[BaseException] | None, *args: Any) -> _E:
+    """``base(*args)``, made also an instance of ``user_cls`` (so ``except UserError`` catches it) when
+    that is possible; plain ``base(*args)`` when there is no such class or the two cannot be combined.
+
+    >>> class Oops(ValueError): ...
+    >>> e = as_user_exception(FrayError, Oops, "failed remotely")
+    >>> isinstance(e, FrayError) and isinstance(e, Oops), str(e)
+    (True, 'failed remotely')
+    """
+    if user_cls is not None and not issubclass(user_cls, base):
+        try:
+            combined = type(f"{base.__name__}({user_cls.__name__})", (base, user_cls), {"__module__": base.__module__})
+            return combined(*args)
+        except Exception:  # layout conflicts, or an __init__ that wants other arguments
+            pass
+    return base(*args)

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError
+from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
 from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -126,27 +126,11 @@ def _this_machine_address() -> str:
         return "127.0.0.1"
 
 
-def _user_class(module: str, qualname: str) -> type[BaseException] | None:
-    mod = sys.modules.get(module)  # looked up, never imported
-    obj: Any = mod
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None) if obj is not None else None
-    if isinstance(obj, type) and issubclass(obj, Exception) and not issubclass(obj, RemoteCallError):
-        return obj
-    return None
-
-
 def _remote_error(index: int, host: tuple[int, int], err: dict[str, str]) -> RemoteCallError:
     text = err.get("text", "")
     message = f"session call {index} failed on slice {host[0]} host {host[1]}: {text}".rstrip()
-    cls = _user_class(err.get("module", ""), err.get("qualname", ""))
-    if cls is not None:
-        try:
-            sub = type(f"RemoteCallError({cls.__name__})", (RemoteCallError, cls), {"__module__": __name__})
-            return sub(message, text, host)
-        except Exception:  # layout conflicts, or an __init__ that wants other arguments
-            pass
-    return RemoteCallError(message, text, host)
+    user_cls = loaded_exception_class(err.get("module", ""), err.get("qualname", ""))
+    return as_user_exception(RemoteCallError, user_cls, message, text, host)
 
 
 @attrs.frozen(repr=False)

@@ -30,16 +30,14 @@ Differences from levanter, on purpose:
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import re
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fray_core.cluster import current_cluster
 from fray_core.compat.ray_resources import environment_from_runtime_env
-from fray_core.errors import JobFailedError
+from fray_core.errors import JobFailedError, as_user_exception, loaded_exception_class
 from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig, TpuConfig
 
 __all__ = [
@@ -142,13 +140,10 @@ def _user_exception_class(cause: str | None) -> type[BaseException] | None:
             continue
         name = m.group(1)
         module, _, qual = name.rpartition(".")
-        candidates = [sys.modules.get(module)] if module else [builtins, sys.modules.get("__main__")]
-        for mod in candidates:
-            obj: Any = mod
-            for part in (qual or name).split("."):
-                obj = getattr(obj, part, None) if obj is not None else None
-            if isinstance(obj, type) and issubclass(obj, Exception):
-                return obj
+        for mod in [module] if module else ["builtins", "__main__"]:
+            cls = loaded_exception_class(mod, qual or name)
+            if cls is not None:
+                return cls
     return None
 
 
@@ -161,14 +156,7 @@ def _error_for(info: JobInfo) -> PodJobError:
     if last is not None and last.outcome is not None and last.outcome.value == "FAILED":
         # levanter re-raised the remote error itself; keep its type where we can
         message = f"TPU job {info.job_id} failed: {info.error}\n{cause or ''}".rstrip()
-        user_cls = _user_exception_class(cause)
-        if user_cls is not None and not issubclass(user_cls, PodJobError):
-            try:
-                cls = type(f"PodJobError({user_cls.__name__})", (PodJobError, user_cls), {"__module__": __name__})
-                return cls(message, info, cause)
-            except Exception:  # layout conflicts, or an __init__ that wants other arguments
-                pass
-        return PodJobError(message, info, cause)
+        return as_user_exception(PodJobError, _user_exception_class(cause), message, info, cause)
     if info.preemptions and "preempted" in (info.error or ""):
         return PodJobError(f"TPU job was preempted too many times: {info.error}", info, cause)
     return PodJobError(f"TPU job {info.job_id} ended {info.status.value}: {info.error or 'no error text'}", info, cause)
