@@ -44,7 +44,6 @@ import shutil
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
 from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
 
@@ -171,7 +171,7 @@ class _Core:
         self.cluster = cluster
         self.fresh_process = fresh_process
         self.authkey = secrets.token_bytes(32)
-        self.dir = tempfile.mkdtemp(prefix="fray-session-")  # 0700: only this user can reach the socket
+        self.dir = scratch_dir("fray-session-")  # 0700: only this user can reach the socket
         if transport == "unix":
             self.family = "AF_UNIX"
             self.address: Any = os.path.join(self.dir, "s")

@@ -22,7 +22,6 @@ import sys
 import warnings
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
@@ -32,6 +31,7 @@ from typing import Any
 import attrs
 import cloudpickle
 
+from fray_core._scratch import scratch_dir
 from fray_core.cluster import Cluster, check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
@@ -220,7 +220,7 @@ class LocalCluster(Cluster):
     def _spool(self) -> str:
         with self._lock:
             if self._spool_dir is None:
-                self._spool_dir = tempfile.mkdtemp(prefix="fray-local-")
+                self._spool_dir = scratch_dir("fray-local-")
                 # removed by close(), else when this object is collected or the interpreter exits
                 self._spool_cleanup = weakref.finalize(self, shutil.rmtree, self._spool_dir, True)
             return self._spool_dir

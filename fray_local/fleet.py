@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 import weakref
@@ -31,6 +30,7 @@ from typing import Any
 
 # the fault vocabulary is the model's; importable from here (and from fray_local) as before
 from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice  # noqa: F401
+from fray_core._scratch import scratch_dir
 from fray_core.fleet import Fleet, FleetLease, HostFate, HostHealth, Slice
 from fray_core.runner import SliceLease
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
@@ -147,7 +147,7 @@ class TpuFleet:
         """Where the simulated hosts keep their lockfiles."""
         with self._cond:
             if self._state_dir is None:
-                self._state_dir = tempfile.mkdtemp(prefix="fray-fleet-")
+                self._state_dir = scratch_dir("fray-fleet-")
                 # a dir we made is removed by close(), else at exit
                 self._state_cleanup = weakref.finalize(self, shutil.rmtree, self._state_dir, True)
             return self._state_dir

@@ -429,13 +429,3 @@ def test_runtime_env_to_environment(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"working_dir.*only a local directory"):
         environment_from_runtime_env({"working_dir": "gs://bucket/code.zip"})
 
-
-def test_docstring_examples() -> None:
-    import doctest
-
-    import fray_core.compat.levanter
-    import fray_core.compat.ray_resources
-
-    for module in (fray_core.compat.ray_resources, fray_core.compat.levanter):
-        failed, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert failed == 0, module.__name__

@@ -21,8 +21,11 @@ The convention, for anyone writing docs:
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import importlib.util
 import os
+import pkgutil
 import re
 import shlex
 import subprocess
@@ -32,7 +35,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
 DOC_FILES = sorted(p.name for p in DOCS.glob("*.md"))
 TIMEOUT = 600  # per file and kind of run
 
@@ -313,3 +317,18 @@ def test_ci_runs_readme_test_command() -> None:
         helper.test_command("```bash\npython -m pytest a\n```\n\n```bash\npytest b\n```\n")
     with pytest.raises(ValueError, match="one line"):
         helper.test_command("```bash\npip install -e .\npython -m pytest\n```\n")
+
+
+MODULES = sorted(
+    m.name
+    for pkg in ("fray_core", "fray_local")
+    for m in pkgutil.walk_packages([str(REPO / pkg)], pkg + ".")
+    if not m.name.endswith("__main__")
+)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docstring_examples(module: str) -> None:
+    """Every example in a docstring of fray_core and fray_local runs and prints what it shows."""
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} docstring example(s) of {module} failed (output above)"

@@ -11,14 +11,12 @@ operations replay the same history. Hypothesis prints the failing example (and i
 
 from __future__ import annotations
 
-import doctest
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fray_core.fleet
 from fray_core.errors import Unschedulable
 from fray_core.fleet import FailHost, FaultPlan, Fleet, FleetLease, HostHealth, PreemptSlice
 from fray_core.runner import GangRunner, RetryPolicy
@@ -224,10 +222,6 @@ def test_a_preempted_slice_comes_back_when_its_own_restore_is_due() -> None:
     assert fleet.slice("v4-8-0").state == "down"
     clock.advance(5.0)
     assert fleet.slice("v4-8-0").state == "free" and fleet.slice("v4-8-0").incarnation == 2
-
-
-def test_fleet_docstring_examples() -> None:
-    assert doctest.testmod(fray_core.fleet).failed == 0
 
 
 # --------------------------------------------------------------------- the model behind the runner

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from fray_core import CpuConfig, Entrypoint, GpuConfig, JobRequest, JobStatus, ResourceConfig
+from fray_core._scratch import scratch_dir, sweep_scratch
 from fray_core.records import JobStore, pid_alive
 from fray_core.types import JobInfo
 from fray_local import LocalCluster, TpuFleet
@@ -126,12 +127,15 @@ def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float
     returns the number of leaked processes and a line per trial that leaked (it stops after 3 of those)."""
     rng = random.Random(seed)
     leaked, report = 0, []
+    tmp = cwd / "tmp"  # the scratch dirs of these runs, counted below
+    tmp.mkdir(exist_ok=True)
     for trial in range(TRIALS):
         if len(report) >= 3:
             report.append(f"stopped after {trial} trials")
             break
         delay = rng.uniform(0.0, window)
-        proc = subprocess.Popen(launch, cwd=cwd, env=_env(FRAY_JOBS_DIR=str(jobs_dir)), stdout=subprocess.PIPE, text=True)
+        env = _env(FRAY_JOBS_DIR=str(jobs_dir), TMPDIR=str(tmp))
+        proc = subprocess.Popen(launch, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
         m = re.search(r"([a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6})", line)
@@ -148,6 +152,11 @@ def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float
         if left:
             leaked += len(left)
             report.append(f"trial {trial} (kill after {delay:.3f} s): {len(left)} process(es) left")
+    # a supervisor killed -9 cannot clean its scratch dirs; the next one made with the same prefix does
+    for prefix in ("fray-local-", "fray-fleet-"):
+        sweep_scratch(prefix, str(tmp))
+    left_dirs = sorted(p.name for p in tmp.iterdir())
+    assert not left_dirs, f"seed={seed}: scratch dirs of dead supervisors not swept: {left_dirs}"
     return leaked, report
 
 
@@ -187,6 +196,29 @@ def test_kill9_of_launching_process_during_start_leaves_no_process(jobs_mod: Pat
     jobs_dir = jobs_mod / "jobs"
     leaked, report = _race([sys.executable, "launcher.py", str(jobs_dir)], jobs_mod, jobs_dir, seed, window=1.0)
     assert leaked == 0, f"seed={seed}: {leaked} orphaned process(es) over {TRIALS} trials:\n" + "\n".join(report)
+
+
+def test_scratch_dirs_of_a_process_killed_9_are_swept_by_the_next_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scratch dir outlives a maker killed -9; the next dir made with that prefix removes it, and
+    never the dir of a maker that is still alive."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    code = "import sys, time; from fray_core._scratch import scratch_dir; print(scratch_dir('fray-local-'), flush=True); time.sleep(60)"
+    makers = [subprocess.Popen([sys.executable, "-c", code], env=_env(TMPDIR=str(tmp_path)), stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        dead_dir, live_dir = (Path(p.stdout.readline().strip()) for p in makers)  # type: ignore[union-attr]
+        (dead_dir / "entry.pkl").write_bytes(b"x")
+        makers[0].kill()
+        makers[0].wait()
+        mine = Path(scratch_dir("fray-local-"))
+        assert not dead_dir.exists() and live_dir.is_dir() and mine.is_dir()
+        (tmp_path / "fray-local-unrelated").mkdir()  # not of that form: left alone
+        assert sweep_scratch("fray-local-") == []
+    finally:
+        for p in makers:
+            p.kill()
+            p.wait()
+            p.stdout.close()  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------- descendants die with the host

@@ -14,7 +14,6 @@ plain examples.
 
 from __future__ import annotations
 
-import doctest
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fray_core.testing
 from fray_core.runner import GangRunner, HostOutcomeKind, RetryPolicy, RunOutcome
 from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider, RunRecord
 from fray_core.types import (
@@ -721,7 +719,3 @@ def test_provider_reports_a_runner_that_breaks_the_rules() -> None:
     q = InMemorySliceProvider({"v4-16": 1}, clock)
     q.acquire(ResourceConfig.with_tpu("v4-16"), [1], 0.0)
     assert any("never released" in x for x in q.problems())
-
-
-def test_docstring_examples() -> None:
-    assert doctest.testmod(fray_core.testing).failed == 0
