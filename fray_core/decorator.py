@@ -40,9 +40,18 @@ _DEFAULT_PREEMPTION = attrs.fields(JobRequest).max_retries_preemption.default
 _DEFAULT_FAILURE = attrs.fields(JobRequest).max_retries_failure.default
 
 
+def _called_with_arguments() -> None:
+    """The entrypoint of a job function's request template, replaced by every call."""
+
+
+_TEMPLATE_ENTRYPOINT = Entrypoint(callable=_called_with_arguments)
+
+
 class JobFunction(Generic[R]):
     """A function decorated with :func:`job`. Calling it runs it as a job; ``launch`` starts one;
-    ``local`` calls the plain function. ``request`` is the validated template of every job it launches.
+    ``local`` calls the plain function. ``request`` is the validated template of every job it launches
+    (each call puts the function and its arguments in its ``entrypoint``, and fails in the caller when the
+    function cannot take them).
 
     >>> @job(tpu="v4-16", slices=2)
     ... def hello() -> str:
@@ -173,7 +182,7 @@ def job(
             raise TypeError(f"job: expected a function to decorate, got {f!r}")
         request = JobRequest(
             name=name if name is not None else getattr(f, "__name__", "job"),
-            entrypoint=Entrypoint(callable=f),
+            entrypoint=_TEMPLATE_ENTRYPOINT,  # each call fills in the function and its arguments
             resources=res,
             environment=environment,
             max_retries_preemption=max_retries_preemption,
@@ -184,7 +193,7 @@ def job(
     # Validate the request fields now, even before a function is given (``job(max_retries_failure=-1)``).
     JobRequest(
         name=name if name is not None else "job",
-        entrypoint=Entrypoint(callable=len),
+        entrypoint=_TEMPLATE_ENTRYPOINT,
         resources=res,
         environment=environment,
         max_retries_preemption=max_retries_preemption,

@@ -11,6 +11,7 @@ Every validation error names the field, the value given and what is allowed::
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 import os
 import re
@@ -372,6 +373,26 @@ def _mapping_converter(field: str, example: str) -> Callable[[Any], dict[Any, An
     return convert
 
 
+def _check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Fail now, in the caller, when ``fn(*args, **kwargs)`` could not even be called (every host would fail).
+
+    >>> _check_call(lambda steps: steps, (1,), {"step": 1})
+    Traceback (most recent call last):
+    ...
+    TypeError: Entrypoint.function_args: <lambda>() cannot take args=(1,), function_args={'step': 1}: got an unexpected keyword argument 'step'
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or extension without a signature: the hosts will tell
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        field = "function_args" if kwargs and "keyword" in str(e) else "args"
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise TypeError(f"Entrypoint.{field}: {name}() cannot take args={tuple(args)!r}, function_args={dict(kwargs)!r}: {e}") from None
+
+
 @attrs.frozen
 class Entrypoint:
     """What every process of the job runs: a Python callable or a command.
@@ -404,6 +425,7 @@ class Entrypoint:
         if self.callable is not None:
             if not callable(self.callable):
                 raise TypeError(f"Entrypoint.callable: expected a callable, got {self.callable!r}")
+            _check_call(self.callable, self.args, self.function_args)
         else:
             if not isinstance(self.binary, str) or not self.binary.strip():
                 raise ValueError(f"Entrypoint.binary: expected a non-empty command, got {self.binary!r}")

@@ -173,6 +173,22 @@ def test_entrypoint_needs_exactly_one_kind() -> None:
         Entrypoint(callable=3)  # type: ignore[arg-type]
 
 
+def test_entrypoint_arguments_that_the_callable_cannot_take_fail_at_construction() -> None:
+    """Every host would fail the same way: the caller hears it now, with the field and the values."""
+
+    def train(steps: int, *, lr: float = 1e-3) -> None: ...
+
+    Entrypoint.from_callable(train, args=(10,), kwargs={"lr": 0.1})
+    Entrypoint(callable=train, function_args={"steps": 10})
+    with pytest.raises(TypeError, match=r"Entrypoint\.args: .*train\(\) cannot take args=\(\), .*missing a required argument: 'steps'"):
+        Entrypoint(callable=train)
+    with pytest.raises(TypeError, match=r"Entrypoint\.args: .*too many positional arguments"):
+        Entrypoint.from_callable(train, args=(10, 0.1))
+    with pytest.raises(TypeError, match=r"Entrypoint\.function_args: .*unexpected keyword argument 'step'"):
+        Entrypoint.from_callable(train, args=(10,), kwargs={"step": 1})
+    Entrypoint(callable=print, args=(1, 2))  # no signature to check against: the hosts will tell
+
+
 def test_entrypoint_constructors_agree() -> None:
     assert Entrypoint.from_callable(work, kwargs={"x": 2}) == Entrypoint(callable=work, function_args={"x": 2})
     ep = Entrypoint.from_binary("python", ["-c", "print(1)"])

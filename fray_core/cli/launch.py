@@ -102,6 +102,20 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
     """
     from fray_core.types import Entrypoint, JobRequest, ResourceConfig, TpuConfig, create_environment
 
+    # the resources first: a mistake in the options is reported before one in the function's arguments
+    res_kw: dict[str, Any] = {}
+    if args.cpu is not None:
+        res_kw["cpu"] = args.cpu
+    if args.ram is not None:
+        res_kw["ram"] = args.ram
+    if args.tpu:
+        if args.replicas is not None:
+            raise UsageError("--replicas is for CPU/GPU jobs; with --tpu use --slices")
+        resources = ResourceConfig(device=TpuConfig(type=args.tpu), replicas=args.slices or 1, **res_kw)
+    else:
+        if args.slices is not None:
+            raise UsageError("--slices needs --tpu TYPE (for CPU processes use --replicas N)")
+        resources = ResourceConfig(replicas=1 if args.replicas is None else args.replicas, **res_kw)
     target: str = args.target
     rest: list[str] = list(args.args or [])
     if rest and rest[0] == "--":
@@ -122,19 +136,6 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
         entry = Entrypoint(binary=target, args=rest)
         default_name = os.path.basename(target)
 
-    res_kw: dict[str, Any] = {}
-    if args.cpu is not None:
-        res_kw["cpu"] = args.cpu
-    if args.ram is not None:
-        res_kw["ram"] = args.ram
-    if args.tpu:
-        if args.replicas is not None:
-            raise UsageError("--replicas is for CPU/GPU jobs; with --tpu use --slices")
-        resources = ResourceConfig(device=TpuConfig(type=args.tpu), replicas=args.slices or 1, **res_kw)
-    else:
-        if args.slices is not None:
-            raise UsageError("--slices needs --tpu TYPE (for CPU processes use --replicas N)")
-        resources = ResourceConfig(replicas=1 if args.replicas is None else args.replicas, **res_kw)
     env = dict(args.env or [])
     req_kw: dict[str, Any] = {}
     if args.max_retries_preemption is not None:
