@@ -119,7 +119,7 @@ class SliceProvider(Protocol):
 
     Optional: ``free_slices(tpu_type) -> int``: how many free slices of the type this job could take
     now (not reserved for a job waiting in the fleet's queue); cheap and non-blocking. An elastic job
-    (``JobRequest.elastic``) grows only on a provider with it; without it (the Ray provider) it never grows.
+    (``JobRequest.elastic``) grows only on a provider with it (the local and Ray providers); without it, never.
 
     Optional: ``cancel(runs, grace=seconds)``: a graceful stop (SIGTERM, ``grace`` seconds to
     checkpoint, then kill), used when an elastic job is resized. A provider whose ``cancel`` has no

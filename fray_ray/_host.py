@@ -7,6 +7,13 @@ started), streams its stdout/stderr to the job's supervisor (which writes the jo
 entrypoint: the callable in this process, a binary in a child process. Errors keep their type so the
 supervisor classifies them by type, never by message.
 
+A graceful stop (an elastic job's resize) is SIGTERM, sent on the host's own node by :func:`signal_host`
+(a small Ray task the provider pins to that node) to the host's worker process and to every process that
+carries its ``FRAY_HOST_TOKEN``; the host tells where it runs (:class:`HostProcess`) when it reports in.
+A callable sees SIGTERM in the worker's main thread (its own handler, if it set one; else Ray's, which
+raises ``SystemExit``); a binary gets it itself (the worker waits on). ``sys.exit(0)`` (or ``None``) in a
+callable is a plain return, as on the local backend; another code is :class:`CommandFailedError`.
+
 Every process the host starts, however deep and even in a new session, carries ``FRAY_HOST_TOKEN`` in its
 environment; a small reaper process kills all of them when the host task ends or its worker is killed
 (cancel, terminate, preemption of the supervisor's job): nothing the user's code spawned outlives the job.
@@ -31,7 +38,19 @@ from typing import Any
 import attrs
 import cloudpickle
 
-__all__ = ["CommandFailedError", "HostConfig", "HostPreemptedError", "TpuBusyError", "device_holders", "gce_preempted", "run_host"]
+from fray_core._procfs import start_ticks
+
+__all__ = [
+    "CommandFailedError",
+    "HostConfig",
+    "HostPreemptedError",
+    "HostProcess",
+    "TpuBusyError",
+    "device_holders",
+    "gce_preempted",
+    "run_host",
+    "signal_host",
+]
 
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 LOCKFILE_ENV = "FRAY_TPU_LOCKFILE"  # where libtpu keeps its lockfile on this host (default LIBTPU_LOCKFILE)
@@ -42,7 +61,8 @@ _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instanc
 
 
 class CommandFailedError(RuntimeError):
-    """A binary entrypoint exited non-zero. ``exit_code`` and the tail of its output are kept."""
+    """The entrypoint exited non-zero: a binary's exit code (with the tail of its output), or
+    ``sys.exit(code)`` in a callable. ``exit_code`` is kept."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
@@ -164,6 +184,7 @@ class _Reaper:
         os.close(r)
         proc.wait()  # the first fork returns at once; the daemon keeps the pipe's read end
         self._w = w
+        self.token = token
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
 
     def finish(self) -> None:
@@ -174,6 +195,48 @@ class _Reaper:
             os.close(self._w)
         except OSError:
             pass  # the reaper also notices this process's end
+
+
+@attrs.frozen
+class HostProcess:
+    """Where a host's worker process runs, as the host reports in: what :func:`signal_host` needs to
+    reach it from its own node (``start_ticks`` tells a reused pid apart)."""
+
+    node_id: str
+    pid: int
+    start_ticks: int | None
+    token: str
+
+
+def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` to a host's worker process (if it is still that process) and to every process that
+    carries the host's token. Runs on the host's node (a task pinned there); on another node it does
+    nothing. Returns how many processes were signalled."""
+    import ray
+
+    if ray.get_runtime_context().get_node_id() != process.node_id:
+        return 0
+    targets = []
+    if process.start_ticks is not None and start_ticks(process.pid) == process.start_ticks:
+        targets.append(process.pid)
+    mark = f"{HOST_TOKEN_ENV}={process.token}".encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) in (os.getpid(), process.pid):
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    targets.append(int(d))
+        except OSError:
+            pass  # gone, or not ours to read
+    sent = 0
+    for pid in targets:
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except OSError:
+            pass  # ended meanwhile
+    return sent
 
 
 def gce_preempted(timeout: float = 0.5) -> bool:
@@ -275,9 +338,16 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
     )
     assert proc.stdout is not None
-    for raw in proc.stdout:
-        os.write(1, raw)  # through the pump: logged and kept in its tail
-    rc = proc.wait()
+    # A graceful stop signals the binary itself (it carries the host's token): the worker waits on for
+    # it to checkpoint and exit, rather than dying at once and taking the binary with it.
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    try:
+        for raw in proc.stdout:
+            os.write(1, raw)  # through the pump: logged and kept in its tail
+        rc = proc.wait()
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
     if rc != 0:
         time.sleep(0.05)  # let the reader take the last lines into the tail
         tail = "\n".join(pump.tail)
@@ -302,13 +372,23 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             _check_device(lockfile, where)
         entrypoint = cloudpickle.loads(entry_bytes)
         if config.supervisor is not None:
-            config.supervisor.host_started.remote(tag)
+            import ray
+
+            me = HostProcess(ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token)
+            config.supervisor.host_started.remote(tag, me)
         try:
             if entrypoint.binary is not None:
                 _run_binary(entrypoint.command, where, pump)
                 return None
             args, kwargs = entrypoint.positional, dict(entrypoint.function_args or {})
-            return entrypoint.callable(*args, **kwargs)
+            try:
+                return entrypoint.callable(*args, **kwargs)
+            except SystemExit as e:  # sys.exit() in the user's function (or on SIGTERM): its exit code decides
+                if e.code is None or e.code == 0:
+                    return None
+                code = e.code if isinstance(e.code, int) else 1
+                what = f"exit code {e.code}" if isinstance(e.code, int) else f"exit code 1: {e.code}"
+                raise CommandFailedError(f"the entrypoint called sys.exit() with {what} on {where}", exit_code=code) from e
         except BaseException as e:
             if config.preemption_probe is not None and config.preemption_probe():
                 raise HostPreemptedError(f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}") from e

@@ -21,12 +21,18 @@ lease: a placement group of the lease no longer CREATED (RESCHEDULING once the G
 or REMOVED) or a node that held a bundle reported dead ends every unfinished host of that slice as
 PREEMPTED. Each host reports in (``mark_started``, called by the supervisor) when its process runs, which
 ``started_runs`` tells the runner.
+
+An elastic job grows when ``free_slices`` has shown room for ``grow_after`` seconds; the runner then stops
+the attempt with ``cancel(runs, grace=...)``: SIGTERM to every host's processes, sent by a small task pinned
+to the host's node (the host said where it runs when it reported in; see ``fray_ray._host``), up to
+``grace`` seconds for the host tasks to end, then the hard cancel that terminate and preemption use.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -36,14 +42,15 @@ import attrs
 import cloudpickle
 import ray
 import ray.exceptions as rex
+from ray._private.state import available_resources_per_node, total_resources_per_node
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from fray_core.errors import Unschedulable
 from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
-from fray_ray._host import HostConfig, HostPreemptedError, run_host
+from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, run_host, signal_host
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
 
@@ -58,7 +65,11 @@ PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
     rex.LocalRayletDiedError,
 )
 
+#: Errors of a host being stopped gracefully that still mean its node went away (others: it ended on our SIGTERM).
+_NODE_LOST: tuple[type[BaseException], ...] = (HostPreemptedError, rex.NodeDiedError, rex.LocalRayletDiedError)
+
 _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
+_signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
@@ -66,6 +77,7 @@ INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in th
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
+RELEASE_TIMEOUT = 5.0  # seconds ``release`` waits for the nodes to have the released resources back
 
 
 @attrs.define(eq=False)
@@ -95,6 +107,7 @@ class _Task:
     tag: str = ""
     cancelled: bool = False
     reported: bool = False
+    stopping: bool = False  # sent SIGTERM by a graceful cancel: however it ends, it was cancelled
 
 
 def _node_table() -> dict[str, dict[str, Any]]:
@@ -134,14 +147,16 @@ class RaySliceProvider:
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
         self._lock = threading.Lock()
         self._pg_seq = itertools.count()  # placement group names must be unique among live groups
-        self._reported_in: set[str] = set()  # tags of the hosts whose process has started
+        self._reported_in: dict[str, HostProcess | None] = {}  # the hosts whose process has started, by tag
+        self._job_label: dict[str, str] = {}  # the node label the job's TPU slices must carry
         self._last_health = 0.0
 
     # ------------------------------------------------------------------------------------- acquire
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         if isinstance(resources.device, TpuConfig):
-            return self._acquire_tpu(resources.device, counts, deadline, self._tpu_label(resources))
+            self._job_label = self._tpu_label(resources)
+            return self._acquire_tpu(resources.device, counts, deadline, self._job_label)
         return [self._acquire_gang(resources, deadline)]
 
     def _tpu_label(self, resources: ResourceConfig) -> dict[str, str]:
@@ -158,8 +173,25 @@ class RaySliceProvider:
         spec = get_tpu_spec(tpu_type)
         want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
         total = sum(1 for n in _node_table().values() if want.items() <= (n.get("Labels") or {}).items())
-        free = int(ray.available_resources().get(spec.head_resource, 0))
-        return total, min(free, total)
+        return total, min(self._free_heads(spec.name, label), total)
+
+    @staticmethod
+    def _free_heads(tpu_type: str, label: dict[str, str]) -> int:
+        """Slices of ``tpu_type`` carrying ``label`` whose ``TPU-<type>-head`` is free now (no placement
+        group holds it), from every live node's labels and available resources."""
+        spec = get_tpu_spec(tpu_type)
+        want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
+        available = available_resources_per_node()
+        return sum(
+            1
+            for node_id, node in _node_table().items()
+            if want.items() <= (node.get("Labels") or {}).items() and available.get(node_id, {}).get(spec.head_resource, 0) >= 1
+        )
+
+    def free_slices(self, tpu_type: str) -> int:
+        """Free slices of ``tpu_type`` this job could take now (with the label its request needs): how an
+        elastic job knows it could grow (see ``SliceProvider``)."""
+        return self._free_heads(tpu_type, self._job_label)
 
     def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
@@ -281,9 +313,21 @@ class RaySliceProvider:
         time.sleep(max(0.0, min(deadline - time.monotonic(), 1.0)))
 
     def release(self, leases: list[SliceLease]) -> None:
-        for lease in leases:
-            if lease.handle is not None:
-                lease.handle[0].remove()
+        """Remove the leases' placement groups and wait (at most ``RELEASE_TIMEOUT``) until their nodes
+        have the resources back: Ray returns them asynchronously, and the next attempt of an elastic job
+        that grows must see the slices it held as free, not take fewer."""
+        removed = [lease.handle[0] for lease in leases if lease.handle is not None and not lease.handle[0].removed]
+        for res in removed:
+            res.remove()
+        pending = {pg.id.hex() for res in removed for pg in res.groups}
+        end = time.monotonic() + RELEASE_TIMEOUT
+        while pending:
+            # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``
+            present = {name.rsplit("_", 1)[-1] for node in total_resources_per_node().values() for name in node if "_group_" in name}
+            pending &= present
+            if not pending or time.monotonic() >= end:
+                return
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Drop a gang reservation still pending when the job ended."""
@@ -336,9 +380,10 @@ class RaySliceProvider:
 
     # ------------------------------------------------------------------------------------- started
 
-    def mark_started(self, tag: str) -> None:
-        """A host's process reports in (through the supervisor) before it runs the user's code."""
-        self._reported_in.add(tag)
+    def mark_started(self, tag: str, process: HostProcess | None = None) -> None:
+        """A host's process reports in (through the supervisor) before it runs the user's code, saying
+        where it runs (what a graceful ``cancel`` signals)."""
+        self._reported_in[tag] = process
 
     def started_runs(self, runs: list[HostRun]) -> list[HostRun]:
         """The runs whose host process has started (see ``SliceProvider``)."""
@@ -419,12 +464,14 @@ class RaySliceProvider:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else e
-            if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)):
+            if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
                 return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(cause).__name__}: {cause}\n{_traceback_of(e)}")
         except PREEMPTION_ERRORS as e:
+            if task.stopping and not isinstance(e, _NODE_LOST):  # its worker ended on our SIGTERM
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
         except rex.GetTimeoutError as e:
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}")
@@ -432,18 +479,45 @@ class RaySliceProvider:
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(e).__name__}: {e}")
+        if task.stopping:  # it returned on our SIGTERM (after a checkpoint): not the job's result
+            return HostOutcome(run, HostOutcomeKind.CANCELLED)
         return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=value)
 
     # -------------------------------------------------------------------------------------- cancel
 
-    def cancel(self, runs: list[HostRun]) -> None:
+    def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
+        """Stop these hosts. Without ``grace`` (terminate, a failed or lost sibling): kill them now. With
+        ``grace`` (an elastic job's resize): SIGTERM to the processes of every host that reported in, up to
+        ``grace`` seconds for the host tasks to end (to checkpoint), then kill what is left. Their outcome
+        is CANCELLED unless their slice was lost (PREEMPTED)."""
+        live = [r for r in runs if not r.handle.reported]
+        for r in live:
+            r.handle.cancelled = True
+        if grace is not None and grace > 0:
+            stopping = self._sigterm(live)
+            if stopping:
+                ray.wait([r.handle.ref for r in stopping], num_returns=len(stopping), timeout=grace, fetch_local=False)
+        for r in live:
+            try:
+                ray.cancel(r.handle.ref, force=True)
+            except Exception:
+                pass  # already finished
+
+    def _sigterm(self, runs: list[HostRun]) -> list[HostRun]:
+        """Send SIGTERM to the processes of the ``runs`` that reported in, each by a task pinned to its
+        node (not waited for: the host's own end is what counts); returns those runs."""
+        out = []
         for r in runs:
-            if not r.handle.reported:
-                r.handle.cancelled = True
-                try:
-                    ray.cancel(r.handle.ref, force=True)
-                except Exception:
-                    pass  # already finished
+            process = self._reported_in.get(r.handle.tag)
+            if process is None:
+                continue  # not running the user's code yet: nothing to checkpoint
+            r.handle.stopping = True
+            _signal_task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(process.node_id, soft=False),
+                name=f"fray:{self.job_id}:{r.handle.tag}:sigterm",
+            ).remote(process, signal.SIGTERM)
+            out.append(r)
+        return out
 
 
 def _lease_name(lease: SliceLease) -> str:

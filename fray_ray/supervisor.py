@@ -25,7 +25,7 @@ from fray_core.records import JobStore
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.types import JobInfo, JobRequest, JobStatus
 from fray_local.provider import LogSink
-from fray_ray._host import HostConfig
+from fray_ray._host import HostConfig, HostProcess
 from fray_ray.provider import RaySliceProvider
 
 __all__ = ["JobSupervisor", "supervisor_name"]
@@ -174,11 +174,12 @@ class JobSupervisor:
             self.runner.stop()
         return True
 
-    def host_started(self, tag: str) -> None:
-        """A host's process reports in before it runs the user's code (the job is RUNNING once all did)."""
+    def host_started(self, tag: str, process: HostProcess | None = None) -> None:
+        """A host's process reports in before it runs the user's code (the job is RUNNING once all did),
+        saying where it runs (a graceful stop signals it there)."""
         provider = getattr(self, "provider", None)
         if provider is not None:
-            provider.mark_started(tag)
+            provider.mark_started(tag, process)
 
     def append_log(self, tag: str, lines: list[str]) -> None:
         for line in lines:

@@ -285,15 +285,17 @@ def elastic_host(marks: str, hold: list[int]) -> dict[str, str]:
     """Note what this host saw; on an attempt in ``hold``, run until stopped (checkpointing on SIGTERM)."""
     env = {k: os.environ.get(k, "") for k in ("FRAY_ATTEMPT", "FRAY_NUM_SLICES", "FRAY_ELASTIC", "TPU_NAME", "FRAY_HOST_ID")}
     tag = f"a{env['FRAY_ATTEMPT']}-{env['TPU_NAME']}-h{env['FRAY_HOST_ID']}"
-    with open(os.path.join(marks, f"started-{tag}"), "w") as f:
-        json.dump(env, f)
-    if int(env["FRAY_ATTEMPT"]) in hold:
+    held = int(env["FRAY_ATTEMPT"]) in hold
+    if held:
 
         def checkpoint(_sig: int, _frame: object) -> None:
             open(os.path.join(marks, f"checkpointed-{tag}"), "w").close()
             sys.exit(0)
 
-        signal.signal(signal.SIGTERM, checkpoint)
+        signal.signal(signal.SIGTERM, checkpoint)  # before the mark: a test may stop the host once it sees it
+    with open(os.path.join(marks, f"started-{tag}"), "w") as f:
+        json.dump(env, f)
+    if held:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             time.sleep(0.05)
