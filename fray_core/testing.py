@@ -450,6 +450,11 @@ class InMemorySliceProvider:
             if rec.fleet_lease is not None:
                 self.fleet.release(rec.fleet_lease)
             if not self.record:
+                # Break the RunRecord <-> HostRun cycle so the attempt's hosts are freed by reference
+                # counting at once: left to the cyclic collector, 16,000 hosts per attempt pile up in its
+                # oldest generation and every full collection walks them (bench/NOTES.md, runner_scale).
+                for host in rec.runs:
+                    host.run = None  # type: ignore[assignment]
                 rec.runs = []
 
     def was_preempted(self, lease: SliceLease) -> bool:
