@@ -443,3 +443,19 @@ def test_hold_timeout_stops_a_session_that_cannot_start(tmp_path: Path) -> None:
             c.hold(V4, timeout=0)
     finally:
         c.close()
+
+
+def test_a_bad_call_count_file_affects_only_its_session(tmp_path: Path) -> None:
+    c = make_cluster(tmp_path, {"v4-16": 1})
+    try:
+        with c.hold(ResourceConfig.with_tpu("v4-16")) as session:
+            session.run(tpu_name)
+        job_id = c.wait(c.launch(JobRequest(name="plain", entrypoint=Entrypoint(callable=tpu_name),
+                                             resources=ResourceConfig.with_tpu("v4-16"))), timeout=60).job_id
+        assert LocalCluster(jobs_dir=str(c.store.root)).poll(session.job_id).calls == 1
+        (Path(c.store.root) / session.job_id / "calls.json").write_text('{"calls": "many"}')
+        with pytest.warns(UserWarning, match="calls.json is not a call count"):
+            listed = {i.job_id: i for i in LocalCluster(jobs_dir=str(c.store.root)).list_jobs()}
+        assert listed[session.job_id].status is JobStatus.UNKNOWN and listed[job_id].status is JobStatus.SUCCEEDED
+    finally:
+        c.close()
