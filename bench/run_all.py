@@ -29,6 +29,7 @@ SCRIPTS = [  # (script, what it measures, needs ray)
     ("session_calls.py", "Held session calls vs fresh launches (local)", False),
     ("ray_gang_launch.py", "Gang launch on Ray vs a hand-written placement group", True),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
+    ("ray_session_calls.py", "Held session calls on Ray vs fresh launches and raw Ray tasks", True),
 ]
 
 

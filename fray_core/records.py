@@ -44,6 +44,7 @@ SHARED_ENV = "FRAY_JOBS_SHARED"
 RECORD = "record.json"
 RESULT = "result.pkl"
 LOG = "job.log"
+CALLS = "calls.json"  # a held session's call count, written by the session's client (not the job's supervisor)
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KiB; more is not one of ours
 INCOMPLETE_GRACE = 30.0  # seconds a job dir may lack its record (it is being created) before it is reported
 
@@ -315,10 +316,33 @@ class JobStore:
             raise RecordError(f"job {job_id}: record cannot be read: {e}") from None
         if info.job_id != job_id:
             raise RecordError(f"job {job_id}: record cannot be read: it is the record of job {info.job_id!r}")
+        if info.kind == "session":
+            info.calls = self.read_calls(job_id)
         if info.status is JobStatus.SUCCEEDED and info.result_error is None:
             size = record.get("result_size")
             info.result = self._stored(job_id, size if isinstance(size, int) and not isinstance(size, bool) else None)
         return info, record
+
+    def write_calls(self, job_id: str, calls: int) -> None:
+        """A held session's call count (``JobInfo.calls``), kept beside the record: the session's client counts
+        the calls, the job's supervisor writes the record, and neither overwrites the other's file."""
+        self._write_atomic(job_id, CALLS, json.dumps({"calls": int(calls)}).encode())
+
+    def read_calls(self, job_id: str) -> int:
+        """A held session's call count (0 before its first call); :class:`RecordError` when the file is bad."""
+        try:
+            data = self._read_bytes(job_id, CALLS, limit=4096)
+        except FileNotFoundError:
+            return 0  # no call made yet
+        except OSError as e:
+            raise RecordError(f"job {job_id}: cannot read {self._p(job_id, CALLS)}: {e}") from None
+        try:
+            calls = json.loads(data.decode("utf-8"))["calls"]
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            calls = None
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+            raise RecordError(f"job {job_id}: {self._p(job_id, CALLS)} is not a call count: {data[:60]!r}")
+        return calls
 
     def list_ids(self) -> list[str]:
         """Ids of the readable-looking job entries (each may still fail to read; see :meth:`scan`)."""

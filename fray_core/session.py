@@ -14,8 +14,9 @@ A session **is a job**: its entrypoint on every host is a persistent worker loop
 (:mod:`fray_core._session_worker`), launched with the cluster's own ``launch``, so the shared
 :class:`~fray_core.runner.GangRunner` does everything a job gets: gang acquisition, the per-host env
 (``FRAY_*``, ``TPU_*``, ``MEGASCALE_*``), preemption detection, the two retry budgets, release on every
-path. It is listed by ``list_jobs()``/``fray list`` (``request_summary["kind"] == "session"``), its attempts are
-the job's attempts, its calls are in its log, and ``terminate(session.job_id)``/``fray stop`` ends it.
+path. It is listed by ``list_jobs()``/``fray list`` (``JobInfo.kind == "session"``; ``JobInfo.calls``, the calls
+made so far, is counted here and kept beside the record), its attempts are the job's attempts, its calls are
+in its log, and ``terminate(session.job_id)``/``fray stop`` ends it.
 
 What the session adds is the calls:
 
@@ -195,6 +196,7 @@ class _Core:
         self.closed = False
         self._stopping = False
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fray-session-call")
+        self.made = 0  # calls sent to the hosts so far (the record's ``calls``)
         self._acceptor = threading.Thread(target=self._accept, daemon=True, name="fray-session-accept")
         self._acceptor.start()
 
@@ -298,6 +300,18 @@ class _Core:
 
     # --------------------------------------------------------------------------------------- calls
 
+    def _count(self, index: int) -> None:
+        """Keep the job's call count (``JobInfo.calls``, ``fray list``) in the cluster's job store. Called once
+        the call is on its way to the hosts, so the write overlaps their work."""
+        store = getattr(self.cluster, "store", None)
+        if index < self.made or store is None:
+            return  # a call sent again after a preemption is still one call
+        self.made = index + 1
+        try:
+            store.write_calls(self.job_id, self.made)
+        except Exception:  # OSError, or a remote store's own error type
+            pass  # only a count: the next call writes it again
+
     def call(self, index: int, what: str, payload: bytes) -> list[Any]:
         import cloudpickle
 
@@ -336,6 +350,7 @@ class _Core:
                 w.conn.send(("call", index, what, payload))
         except (OSError, EOFError):
             return replies, None, True
+        self._count(index)
         pending = {w.conn: w for w in workers}
         while pending:
             ready = wait(list(pending), timeout=0.5)

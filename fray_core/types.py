@@ -882,7 +882,14 @@ class JobInfo:
     pending_reason: str | None = None
     #: how the wall time was spent, set when the job finishes (see :class:`Goodput`)
     goodput: Goodput | None = None
+    #: a held session's calls so far (see :mod:`fray_core.session`; counted by the session's client); 0 for a job
+    calls: int = 0
     _loaded: tuple[list[Any]] | None = attrs.field(init=False, default=None, eq=False, repr=False)  # (results,)
+
+    @property
+    def kind(self) -> str:
+        """``"session"`` for a held session (:meth:`Cluster.hold <fray_core.cluster.Cluster.hold>`), else ``"job"``."""
+        return "session" if (self.request_summary or {}).get("kind") == "session" else "job"
 
     @property
     def result(self) -> list[Any] | None:
@@ -933,6 +940,8 @@ class JobInfo:
             "result_error": self.result_error,
             "pending_reason": self.pending_reason,
             "goodput": self.goodput.to_json() if self.goodput is not None else None,
+            "kind": self.kind,
+            "calls": self.calls,
         }
 
     @staticmethod
@@ -980,7 +989,14 @@ class JobInfo:
             result_error=get("result_error", str),
             pending_reason=get("pending_reason", str),
             goodput=_goodput_from_json(get("goodput", dict)),
+            calls=_count(get("calls", int, 0), "calls"),
         )
+
+
+def _count(value: int, field: str) -> int:
+    if value < 0:
+        raise ValueError(f"field {field!r}: expected a count >= 0, got {value}")
+    return value
 
 
 def _goodput_from_json(d: Mapping[str, Any] | None) -> Goodput | None:

@@ -253,6 +253,8 @@ class LocalCluster(Cluster):
         job = self._jobs.get(str(job_id))
         if job is not None:
             info = attrs.evolve(job.runner.info, attempts=[attrs.evolve(a) for a in job.runner.info.attempts])
+            if info.kind == "session":  # its calls are counted by the session's client, beside the record
+                info.calls = self.store.read_calls(str(job_id))
             return info
         info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
         return self._checked(info, record)

@@ -170,9 +170,9 @@ def test_tpu_multislice_list_status_logs(fray: Fray) -> None:
     listing = fray("list", "--cluster", spec)
     assert listing.returncode == 0, listing.stderr
     header, *rows = listing.stdout.splitlines()
-    assert header.split() == ["ID", "NAME", "STATUS", "ATTEMPTS", "PREEMPT/FAIL", "AGE"]
+    assert header.split() == ["ID", "NAME", "KIND", "STATUS", "ATTEMPTS", "CALLS", "PREEMPT/FAIL", "AGE"]
     row = next(r for r in rows if r.startswith(job_id))
-    assert row.split()[1:5] == ["where", "SUCCEEDED", "1", "0/0"]
+    assert row.split()[1:7] == ["where", "job", "SUCCEEDED", "1", "-", "0/0"]
 
     st = fray("status", job_id)
     assert st.returncode == 0, st.stderr
@@ -368,7 +368,7 @@ def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.Monke
 JOB_FIELDS = {
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput",
+    "pending_reason", "goodput", "kind", "calls",
 }
 ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
 
@@ -396,6 +396,7 @@ def test_json_fields_are_the_documented_ones(two_jobs: tuple[Fray, str, str]) ->
     assert set(status) == JOB_FIELDS  # no results unless asked for
     assert status["status"] == "SUCCEEDED" and status["attempts"][0]["outcome"] == "SUCCEEDED"
     assert status["max_retries_failure"] == 0 and status["request"]["entrypoint"]
+    assert status["kind"] == "job" and status["calls"] == 0
     assert fray.status(alpha, "--result")["result"] == [5]
     failed = fray.status(beta)
     assert failed["status"] == "FAILED" and "bad input from the job" in failed["attempts"][0]["cause"]

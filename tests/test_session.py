@@ -406,12 +406,20 @@ def test_fray_list_status_and_stop_see_the_session(cluster: LocalCluster) -> Non
     assert shutil.which(command[0]) or Path(command[0]).exists()
     with cluster.hold(V4, name="held") as session:
         pids = session_pids(session.run(remember))
+        session.run(remember)
         listed = fray("list")
-        assert listed.returncode == 0 and session.job_id in listed.stdout, listed.stderr
+        assert listed.returncode == 0, listed.stderr
+        header, row = listed.stdout.splitlines()
+        assert header.split()[:6] == ["ID", "NAME", "KIND", "STATUS", "ATTEMPTS", "CALLS"]
+        assert row.split()[:6] == [session.job_id, "held", "session", "RUNNING", "1", "2"]
         status = fray("status", session.job_id, "--json")
         assert status.returncode == 0, status.stderr
         record = json.loads(status.stdout)
         assert record["status"] == "RUNNING" and record["request"]["kind"] == "session"
+        assert record["kind"] == "session" and record["calls"] == 2 and len(record["attempts"]) == 1
+        text = fray("status", session.job_id)
+        assert "session (held slices), 2 call(s) so far" in text.stdout, text.stderr
+        assert cluster.poll(session.job_id).calls == 2 and cluster.list_jobs()[0].kind == "session"
         stopped = fray("stop", session.job_id)  # another process: asks this one to stop through the store
         assert stopped.returncode == 0, stopped.stderr
         with pytest.raises(JobFailedError, match="STOPPED"):
@@ -433,5 +441,21 @@ def test_hold_timeout_stops_a_session_that_cannot_start(tmp_path: Path) -> None:
             assert busy.slices == ["v4-16-0"]
         with pytest.raises(ValueError, match="timeout"):
             c.hold(V4, timeout=0)
+    finally:
+        c.close()
+
+
+def test_a_bad_call_count_file_affects_only_its_session(tmp_path: Path) -> None:
+    c = make_cluster(tmp_path, {"v4-16": 1})
+    try:
+        with c.hold(ResourceConfig.with_tpu("v4-16")) as session:
+            session.run(tpu_name)
+        job_id = c.wait(c.launch(JobRequest(name="plain", entrypoint=Entrypoint(callable=tpu_name),
+                                             resources=ResourceConfig.with_tpu("v4-16"))), timeout=60).job_id
+        assert LocalCluster(jobs_dir=str(c.store.root)).poll(session.job_id).calls == 1
+        (Path(c.store.root) / session.job_id / "calls.json").write_text('{"calls": "many"}')
+        with pytest.warns(UserWarning, match="calls.json is not a call count"):
+            listed = {i.job_id: i for i in LocalCluster(jobs_dir=str(c.store.root)).list_jobs()}
+        assert listed[session.job_id].status is JobStatus.UNKNOWN and listed[job_id].status is JobStatus.SUCCEEDED
     finally:
         c.close()

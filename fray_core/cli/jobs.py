@@ -87,7 +87,8 @@ def select(infos: list[JobInfo], args: argparse.Namespace) -> list[JobInfo]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """``fray list [--json] [--status S] [--name GLOB] [--since WHEN] [--limit N]``: jobs, oldest first."""
+    """``fray list [--json] [--status S] [--name GLOB] [--since WHEN] [--limit N]``: jobs, oldest first (KIND:
+    ``job``, or ``session`` for a held session, with its CALLS so far)."""
     cluster = cluster_of(args)
     infos = select(cluster.list_jobs(), args)
     if args.json:
@@ -103,14 +104,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         [
             i.job_id,
             i.name,
+            i.kind,
             i.status.value + (f" ({i.pending_reason})" if i.pending_reason and not i.status.is_terminal() else ""),
             len(i.attempts),
+            i.calls if i.kind == "session" else "-",
             f"{i.preemptions}/{i.failures}",
             age(now - i.submitted_at),
         ]
         for i in infos
     ]
-    print_table(["ID", "NAME", "STATUS", "ATTEMPTS", "PREEMPT/FAIL", "AGE"], rows, sys.stdout)
+    print_table(["ID", "NAME", "KIND", "STATUS", "ATTEMPTS", "CALLS", "PREEMPT/FAIL", "AGE"], rows, sys.stdout)
     return EXIT_OK
 
 
@@ -135,6 +138,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("status", status),
         ("backend", info.backend),
     ]
+    if info.kind == "session":
+        fields.insert(2, ("kind", f"session (held slices), {info.calls} call(s) so far"))
     if s:
         fields += [
             ("entrypoint", s.get("entrypoint", "-")),

@@ -293,7 +293,7 @@ def print_timeline(info: JobInfo, out: TextIO) -> None:
 JOB_FIELDS = (
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput",
+    "pending_reason", "goodput", "kind", "calls",
 )
 ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
 
@@ -329,6 +329,8 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         ],
         "pending_reason": info.pending_reason,
         "goodput": info.goodput.to_json() if info.goodput is not None else None,
+        "kind": info.kind,
+        "calls": info.calls,
     }
 
 
