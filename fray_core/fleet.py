@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import enum
 import heapq
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, Union
@@ -48,6 +47,7 @@ from typing import Any, Protocol, Union
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.scheduling import FairQueue, Quarantine, held_by, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
 __all__ = [
@@ -202,12 +202,9 @@ class Slice:
     """One slice of the fleet. ``state``: ``free``, ``busy`` (held by ``lease``), ``down`` (preempted,
     coming back as a fresh incarnation) or ``gone`` (preempted for good, until restored)."""
 
-    __slots__ = (
-        "name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick",
-        "device_failures", "quarantined_until", "quarantine_note",
-    )  # fmt: skip
+    __slots__ = ("name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick", "_quarantine")
 
-    def __init__(self, name: str, tpu_type: str, hosts: int, index: int) -> None:
+    def __init__(self, name: str, tpu_type: str, hosts: int, index: int, quarantine: Quarantine | None = None) -> None:
         self.name = name
         self.tpu_type = tpu_type
         self.hosts = hosts
@@ -217,9 +214,22 @@ class Slice:
         self.preemptions = 0
         self.lease: FleetLease | None = None
         self.sick: dict[int, HostHealth] | None = None  # hosts that are not healthy
-        self.device_failures: dict[int, list[float]] | None = None  # per host: when its device failed (window)
-        self.quarantined_until: float | None = None  # not handed to any job before then
-        self.quarantine_note = ""  # why, e.g. "device error twice in 10 min"
+        self._quarantine = quarantine if quarantine is not None else Quarantine()  # the fleet's, keyed by slice
+
+    @property
+    def device_failures(self) -> dict[int, list[float]] | None:
+        """Per host: when its device failed (within the quarantine window); ``None`` when none is on record."""
+        return self._quarantine.failures(self)
+
+    @property
+    def quarantined_until(self) -> float | None:
+        """Not handed to any job before then (``None``: not in quarantine)."""
+        return self._quarantine.until(self)
+
+    @property
+    def quarantine_note(self) -> str:
+        """Why it was quarantined, e.g. ``"device error twice in 10 min"``."""
+        return self._quarantine.note(self)
 
     @property
     def holder(self) -> str | None:
@@ -324,17 +334,10 @@ class Fleet:
         self._qfree: dict[str, int] = {}  # per type: free slices in quarantine
         self._counts: dict[str, dict[str, int]] = {}  # per type: state -> number of slices
         # per type: the holders waiting for slices, oldest first (the fair queue, see try_acquire)
-        self._queues: dict[str, _Queue] = {}
-        self.waiter_ttl = waiter_ttl
-        if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
-            raise ValueError(f"{name}: quarantine_after must be an int >= 1, got {quarantine_after!r}")
-        for field, value in (("quarantine_window", quarantine_window), ("quarantine_for", quarantine_for)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name}: {field} must be seconds >= 0, got {value!r}")
-        self.quarantine_after = quarantine_after
-        self.quarantine_window = float(quarantine_window)
-        self.quarantine_for = float(quarantine_for)
-        self._quarantined: dict[Slice, None] = {}  # slices in quarantine now
+        self._queues: dict[str, FairQueue] = {}
+        self._waiter_ttl = float(waiter_ttl)
+        # keyed by Slice; the fleet lifts each quarantine at its instant (a timer), to keep its heaps right
+        self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name=name)
         for tpu_type, n in (capacity or {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or n < min_count:
                 raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {n!r}")
@@ -342,6 +345,29 @@ class Fleet:
 
     def __repr__(self) -> str:
         return f"Fleet({self.capacity()}, on_demand={self.on_demand})"
+
+    @property
+    def waiter_ttl(self) -> float:
+        """How long a holder keeps its place in a queue without asking again."""
+        return self._waiter_ttl
+
+    @waiter_ttl.setter
+    def waiter_ttl(self, value: float) -> None:
+        self._waiter_ttl = float(value)
+        for q in self._queues.values():
+            q.ttl = self._waiter_ttl
+
+    @property
+    def quarantine_after(self) -> int:
+        return self._quarantine.after
+
+    @property
+    def quarantine_window(self) -> float:
+        return self._quarantine.window
+
+    @property
+    def quarantine_for(self) -> float:
+        return self._quarantine.duration
 
     # ------------------------------------------------------------------------------------- inventory
 
@@ -357,7 +383,7 @@ class Fleet:
         first = sum(counts.values())
         out = []
         for i in range(first, first + n):
-            sl = Slice(f"{spec.name}-{i}", spec.name, spec.hosts, i)
+            sl = Slice(f"{spec.name}-{i}", spec.name, spec.hosts, i, self._quarantine)
             self._slices[sl.name] = sl
             free[sl] = None
             by_index.append(sl)
@@ -414,7 +440,7 @@ class Fleet:
             self._push_free(sl)
 
     def _push_free(self, sl: Slice) -> None:
-        heaps = self._suspect_heap if sl.device_failures is not None else self._free_heap
+        heaps = self._suspect_heap if self._quarantine.suspect(sl) else self._free_heap
         heapq.heappush(heaps[sl.tpu_type], sl.index)
 
     # ----------------------------------------------------------------------------------- acquisition
@@ -453,19 +479,15 @@ class Fleet:
             raise self.unschedulable(wanted, spec.name, permanent=True)
         free: Mapping[Slice, None] = self._free.get(spec.name, {})
         avail = len(free)
-        if self._quarantined:
+        if self._quarantine:
             avail -= self._qfree[spec.name]
-        if queue:
-            avail -= queue.reserved_ahead(holder, self.clock.now())
-        for c in wanted:
-            if avail >= c:
-                if queue:
-                    queue.leave(holder)
-                return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
         if queue is None:
-            queue = self._queues[spec.name] = _Queue()
-        queue.join(holder, wanted[0], self.clock.now() + self.waiter_ttl)
-        return None
+            if avail >= wanted[-1]:  # nobody waits: the common case costs no queue
+                c = next(c for c in wanted if avail >= c)
+                return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
+            queue = self._queues[spec.name] = FairQueue(self._waiter_ttl)
+        c = queue.admit(holder, wanted, avail, self.clock.now())
+        return None if c is None else [self._take(sl, holder) for sl in self._pick(spec.name, c)]
 
     def _pick(self, tpu_type: str, c: int) -> list[Slice]:
         """``c`` free slices that are not quarantined: healthy ones first, then those with a device failure
@@ -505,7 +527,7 @@ class Fleet:
         """
         spec = get_tpu_spec(tpu_type)
         avail = len(self._free.get(spec.name, ()))
-        if self._quarantined:
+        if self._quarantine:
             self._lift_expired()
             avail -= self._qfree.get(spec.name, 0)
         queue = self._queues.get(spec.name)
@@ -570,32 +592,29 @@ class Fleet:
         need = min(counts)
         c = self._counts.get(tpu_type) or dict.fromkeys(_STATES, 0)
         quarantined = self.quarantined(tpu_type)
-        up = c["free"] + c["busy"] - sum(sl.state == "free" for sl in quarantined)
-        note = "; ".join(f"quarantined: {sl.name} ({sl.quarantine_note})" for sl in quarantined)
-        if up < need and note:  # what keeps the job out is a quarantine: say that first
-            return Unschedulable(message, reason=f"{note}; {up} of {need} x {tpu_type} usable")
-        if up >= need:
-            line = self.queue(tpu_type)
-            place = f": {_ordinal(line.index(holder) + 1)}" if holder in line else ""
-            reason = f"queued{place} for {need} x {tpu_type}; {self._held_by(tpu_type)}"
-            return Unschedulable(message, held=True, reason=f"{reason}; {note}" if note else reason)
+        qfree = sum(sl.state == "free" for sl in quarantined)
+        queue = self._queues.get(tpu_type)
         missing = [f"{c['down']} preempted, restoring"] if c["down"] else []
         missing += [f"{c['gone']} gone"] if c["gone"] else []
-        detail = f" ({', '.join(missing)})" if missing else ""
-        return Unschedulable(message, reason=f"waiting for capacity: {up} of {need} x {tpu_type} exist{detail}")
+        held, reason = pending_reason(
+            tpu_type,
+            need,
+            up=c["free"] + c["busy"] - qfree,
+            free=c["free"] - qfree,
+            busy=c["busy"],
+            holders=(sl.lease.holder for sl in self._by_type.get(tpu_type, ()) if sl.lease is not None),
+            place=queue.place(holder, self.clock.now()) if queue is not None and holder is not None else None,
+            quarantined=[self._quarantine.reason(sl, sl.name) for sl in quarantined],
+            missing=missing,
+        )
+        return Unschedulable(message, held=held, reason=reason)
 
-    def _held_by(self, tpu_type: str, limit: int = 3) -> str:
+    def _held_by(self, tpu_type: str) -> str:
         """``"fleet: 1 free, 3 held by train-a, train-b"``: who holds the busy slices of a type."""
         c = self._counts[tpu_type]
-        holders: dict[str, None] = {}
-        for sl in self._slices.values():
-            if sl.tpu_type == tpu_type and sl.lease is not None:
-                holders[sl.lease.holder] = None
-        names = list(holders)
-        more = f" and {len(names) - limit} more" if len(names) > limit else ""
-        held = f", {c['busy']} held by {', '.join(names[:limit])}{more}" if c["busy"] else ""
+        holders = (sl.lease.holder for sl in self._by_type.get(tpu_type, ()) if sl.lease is not None)
         free = c["free"] - sum(sl.state == "free" for sl in self.quarantined(tpu_type))  # usable ones
-        return f"fleet: {free} free{held}"
+        return held_by(free, c["busy"], holders)
 
     def release(self, lease: FleetLease) -> bool:
         """Give a slice back; idempotent, and only frees the slice if the lease still holds it. Faults
@@ -689,12 +708,11 @@ class Fleet:
         """Undo :meth:`break_host` (the host is healthy and clean again): its device failures are forgotten
         and its slice leaves quarantine."""
         sl = self._set_health(slice_name, host, HostHealth.HEALTHY)
-        if sl.device_failures and sl.device_failures.pop(host, None) is not None and not sl.device_failures:
-            sl.device_failures = None
-            if sl.state == "free" and sl.quarantined_until is None:
-                self._push_free(sl)
-        if sl.quarantined_until is not None:
-            self._lift(sl, sl.quarantined_until)
+        until = sl.quarantined_until
+        if until is not None:
+            self._lift(sl, until)  # back in the suspect heap, if still a suspect
+        if self._quarantine.repaired(sl, host) and sl.state == "free":
+            self._push_free(sl)  # no failure on record any more: with the healthy ones
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
 
@@ -736,44 +754,34 @@ class Fleet:
         ['v4-16-1']
         """
         sl = self.slice(slice_name)
-        now = self.clock.now()
-        if sl.device_failures is None:
-            sl.device_failures = {}
-            if sl.state == "free" and sl.quarantined_until is None:
-                self._push_free(sl)
-        times = [t for t in sl.device_failures.get(host, ()) if t >= now - self.quarantine_window] + [now]
-        sl.device_failures[host] = times
-        if len(times) < self.quarantine_after or sl.quarantined_until is not None:
+        q = self._quarantine
+        first = not q.suspect(sl)
+        until = q.failed(sl, host, self.clock.now(), what)
+        if first and sl.state == "free" and sl.quarantined_until is None:
+            self._push_free(sl)  # into the suspect heap
+        if until is None:
             return False
-        n = len(times)
-        count = {1: "once", 2: "twice"}.get(n, f"{n} times")
-        sl.quarantine_note = f"{what} {count} in {_span(now - times[0])}"
-        until = sl.quarantined_until = now + self.quarantine_for
-        self._quarantined[sl] = None
         if sl.state == "free":
             self._qfree[sl.tpu_type] += 1
-        self.clock.call_later(self.quarantine_for, self._lift, sl, until)
+        self.clock.call_later(q.duration, self._lift, sl, until)
         return True
 
     def quarantined(self, tpu_type: str | None = None) -> list[Slice]:
         """The slices in quarantine now (of a type, or all)."""
-        if not self._quarantined:
+        if not self._quarantine:
             return []
         self._lift_expired()
         t = get_tpu_spec(tpu_type).name if tpu_type else None
-        return [sl for sl in self._quarantined if t is None or sl.tpu_type == t]
+        slices: list[Slice] = self._quarantine.active(self.clock.now())  # type: ignore[assignment]
+        return [sl for sl in slices if t is None or sl.tpu_type == t]
 
     def _lift(self, sl: Slice, until: float) -> None:
-        if sl.quarantined_until == until:
-            sl.quarantined_until = None
-            self._quarantined.pop(sl, None)
-            if sl.state == "free":
-                self._qfree[sl.tpu_type] -= 1
-                self._push_free(sl)
+        if self._quarantine.lift(sl, until) and sl.state == "free":
+            self._qfree[sl.tpu_type] -= 1
+            self._push_free(sl)
 
     def _lift_expired(self) -> None:
-        now = self.clock.now()
-        for sl in [sl for sl in self._quarantined if sl.quarantined_until is not None and sl.quarantined_until <= now]:
+        for sl in self._quarantine.due(self.clock.now()):
             self._lift(sl, sl.quarantined_until)  # type: ignore[arg-type]
 
     def host_health(self, slice_name: str, host: int) -> HostHealth:
@@ -846,83 +854,3 @@ class Fleet:
 
 def _by_index(sl: Slice) -> int:
     return sl.index
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-class _Queue:
-    """The holders waiting for slices of one type, oldest first, with the total they reserve (so a newcomer
-    costs O(1), and a waiter O(its place in line)). Entries not renewed by their ``expires`` are dropped
-    when met; ``next_expiry`` is a lower bound of every entry's expiry (renewals only move them later), so
-    no scan is needed before then."""
-
-    __slots__ = ("waiters", "total", "next_expiry")
-
-    def __init__(self) -> None:
-        self.waiters: dict[str, _Waiter] = {}
-        self.total = 0
-        self.next_expiry = math.inf
-
-    def __bool__(self) -> bool:
-        return bool(self.waiters)
-
-    def join(self, holder: str, need: int, expires: float) -> None:
-        w = self.waiters.get(holder)
-        if w is None:
-            self.waiters[holder] = _Waiter(need, expires)
-            self.total += need
-        else:
-            self.total += need - w.need
-            w.need, w.expires = need, expires
-        self.next_expiry = min(self.next_expiry, expires)
-
-    def leave(self, holder: str) -> None:
-        w = self.waiters.pop(holder, None)
-        if w is not None:
-            self.total -= w.need
-
-    def _purge(self, now: float) -> None:
-        if now <= self.next_expiry:
-            return
-        for h in [h for h, w in self.waiters.items() if w.expires < now]:
-            self.leave(h)
-        self.next_expiry = min((w.expires for w in self.waiters.values()), default=math.inf)
-
-    def reserved_ahead(self, holder: str, now: float) -> int:
-        """Slices reserved for the waiters ahead of ``holder`` (all of them when it is not in line)."""
-        self._purge(now)
-        if holder not in self.waiters:
-            return self.total
-        reserved = 0
-        for h, w in self.waiters.items():
-            if h == holder:
-                break
-            reserved += w.need
-        return reserved
-
-    def members(self, now: float) -> list[str]:
-        self._purge(now)
-        return list(self.waiters)
-
-
-class _Waiter:
-    """A holder in a type's queue: the slices reserved for it (its largest count), and until when its entry
-    is kept."""
-
-    __slots__ = ("need", "expires")
-
-    def __init__(self, need: int, expires: float) -> None:
-        self.need = need
-        self.expires = expires
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-

@@ -238,6 +238,7 @@ class LocalCluster(Cluster):
             raise
         finally:
             job.provider.kill_all()
+            job.provider.close()
             job.log.close()
             if not self.store.is_local:
                 self._upload_log(job)

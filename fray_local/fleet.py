@@ -259,6 +259,12 @@ class TpuFleet:
         with self._cond:
             return self.model.free_slices(tpu_type, job_id)
 
+    def leave_queue(self, job_id: str) -> None:
+        """``job_id`` stops waiting for slices (it ended): jobs behind it in the queue no longer wait for it."""
+        with self._cond:
+            self.model.leave_queue(job_id)
+            self._cond.notify_all()
+
     def release(self, lease: SliceLease) -> None:
         """Give a slice back; idempotent, and a no-op for a slice preempted while held. Faults armed for
         the attempt that held it and not fired yet are cancelled."""

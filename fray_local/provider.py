@@ -202,6 +202,11 @@ class LocalSliceProvider:
             if not host.done.wait(max(0.0, deadline - time.monotonic())):
                 host.kill()
 
+    def close(self) -> None:
+        """The job ended (terminated included): leave the fleet's queue at once, so the jobs behind it
+        do not wait for its entry to expire."""
+        self.fleet.leave_queue(self.job_id)
+
     def kill_all(self) -> None:
         for host in list(self._hosts.values()):
             if not host.done.is_set():

@@ -366,7 +366,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     pump = _LogPump(tag, config.supervisor)
     reaper = _Reaper()
     is_tpu = "TPU_WORKER_ID" in env
-    lockfile = env.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE
+    lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
     try:
         if is_tpu and config.clean_lockfile:
             _check_device(lockfile, where)

@@ -34,9 +34,11 @@ from fray_core.cluster import Cluster, check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import JobStore, default_jobs_dir, new_job_id
 from fray_core.runner import RetryPolicy
+from fray_core.scheduling import Quarantine
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
+from fray_ray.provider import QUEUE_TTL
 from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, JobSupervisor, supervisor_name
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
@@ -73,6 +75,13 @@ class RayCluster(Cluster):
       such a request fails at ``launch`` (it is never silently run on preemptible slices).
     - ``autoscaling``: when True, a request for more slices than the cluster has waits (up to the
       runner's schedule timeout) instead of failing at once.
+    - ``quarantine_after``, ``quarantine_window``, ``quarantine_for``: bad-host quarantine, as on the local
+      fleet: after ``quarantine_after`` device failures (a busy TPU device at start) of one host within
+      ``quarantine_window`` seconds, its slice is handed to no job for ``quarantine_for`` seconds. Kept by
+      the namespace's scheduler actor, which takes the values of the first client that needs it.
+    - ``queue_ttl``: jobs of the cluster wait for TPU slices in one first-come-first-served queue (the
+      namespace's scheduler actor); a job keeps its place while its supervisor keeps asking, and for
+      ``queue_ttl`` seconds after it stops (a supervisor killed hard). A job that ends leaves at once.
     - ``warm_supervisor``: after each launch, start the next job's supervisor actor right away, so the
       next ``launch`` does not pay an actor start (~0.4 s) before its slices are reserved. An unused one
       is removed by ``close()``, at interpreter exit, or by itself after 10 minutes.
@@ -92,7 +101,16 @@ class RayCluster(Cluster):
         autoscaling: bool = False,
         warm_supervisor: bool = True,
         non_preemptible_tpu_label: str | None = None,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
+        queue_ttl: float = QUEUE_TTL,
     ) -> None:
+        Quarantine(quarantine_after, quarantine_window, quarantine_for, name="RayCluster")  # validates them
+        self.quarantine = (quarantine_after, float(quarantine_window), float(quarantine_for))
+        if isinstance(queue_ttl, bool) or not isinstance(queue_ttl, (int, float)) or not queue_ttl > 0:
+            raise ValueError(f"RayCluster: queue_ttl must be seconds > 0, got {queue_ttl!r}")
+        self.queue_ttl = float(queue_ttl)
         if non_preemptible_tpu_label is not None:
             key, sep, value = non_preemptible_tpu_label.partition("=")
             if not (key.strip() and sep and value.strip()):
@@ -157,6 +175,8 @@ class RayCluster(Cluster):
             "preemption_probe": self.preemption_probe,
             "autoscaling": self.autoscaling,
             "non_preemptible_tpu_label": self.non_preemptible_tpu_label,
+            "quarantine": self.quarantine,
+            "queue_ttl": self.queue_ttl,
         }
         job = (job_id, cloudpickle.dumps(request), settings)
         with self._standby_lock:  # launch may be called from several threads

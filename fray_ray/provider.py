@@ -48,9 +48,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from fray_core.errors import Unschedulable
 from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
-from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, run_host, signal_host
+from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, run_host, signal_host
+from fray_ray.scheduler import SchedulerClient, job_label
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
 
@@ -78,6 +80,8 @@ RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round
 HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
 RELEASE_TIMEOUT = 5.0  # seconds ``release`` waits for the nodes to have the released resources back
+QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
+_HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placement group (see _acquire_tpu)
 
 
 @attrs.define(eq=False)
@@ -125,6 +129,11 @@ class RaySliceProvider:
     marker), requested by CPU/GPU gangs with ``preemptible=False``. ``non_preemptible_tpu_label``
     (``"KEY=VALUE"``): the node label of non-preemptible TPU slices, required by TPU requests with
     ``preemptible=False`` (the cluster refuses such a request at launch when it is not configured).
+
+    TPU slices are claimed in the order the namespace's scheduler actor (``fray_ray.scheduler``) gives:
+    first come, first served across every job of the cluster, quarantined slices excluded. A busy TPU
+    device on a host is reported to it (``quarantine``: ``(after, window, for)``, the values the
+    scheduler is created with); ``queue_ttl``: how long the job keeps its place without asking again.
     """
 
     def __init__(
@@ -135,8 +144,13 @@ class RaySliceProvider:
         non_preemptible_resource: str = "node:__internal_head__",
         autoscaling: bool = False,
         non_preemptible_tpu_label: str | None = None,
+        namespace: str = "fray",
+        quarantine: tuple[int, float, float] = (2, 3600.0, 1800.0),
+        queue_ttl: float = QUEUE_TTL,
     ) -> None:
         self.job_id = job_id
+        self.scheduler = SchedulerClient(namespace, non_preemptible_resource, quarantine)
+        self.queue_ttl = queue_ttl
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
         self.runtime_env = runtime_env or None
@@ -168,34 +182,65 @@ class RaySliceProvider:
         key, _, value = self.non_preemptible_tpu_label.partition("=")
         return {key.strip(): value.strip()}
 
-    def _slices(self, tpu_type: str, label: dict[str, str]) -> tuple[int, int]:
-        """(slices of this type (with ``label``) in the cluster, slices whose head is free now)."""
-        spec = get_tpu_spec(tpu_type)
-        want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
-        total = sum(1 for n in _node_table().values() if want.items() <= (n.get("Labels") or {}).items())
-        return total, min(self._free_heads(spec.name, label), total)
-
     @staticmethod
-    def _free_heads(tpu_type: str, label: dict[str, str]) -> int:
-        """Slices of ``tpu_type`` carrying ``label`` whose ``TPU-<type>-head`` is free now (no placement
-        group holds it), from every live node's labels and available resources."""
+    def _view(tpu_type: str, label: dict[str, str]) -> tuple[list[str], list[str], dict[str, str]]:
+        """The slices of this type (with ``label``) in the cluster: (alive, free (head not held), slice ->
+        the job holding it), from Ray's own state."""
+
         spec = get_tpu_spec(tpu_type)
         want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
-        available = available_resources_per_node()
-        return sum(
-            1
-            for node_id, node in _node_table().items()
-            if want.items() <= (node.get("Labels") or {}).items() and available.get(node_id, {}).get(spec.head_resource, 0) >= 1
-        )
+        heads = {}
+        for nid, n in _node_table().items():
+            labels = n.get("Labels") or {}
+            if want.items() <= labels.items() and labels.get(SLICE_NAME_LABEL):
+                heads[nid] = labels[SLICE_NAME_LABEL]
+        avail = available_resources_per_node()
+        free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
+        holders = {}
+        for pg in placement_group_table().values():
+            m = _HEAD_GROUP.match(pg.get("name") or "")
+            if m and pg.get("state") == "CREATED":
+                nodes = {int(k): v for k, v in (pg.get("bundles_to_node_id") or {}).items()}
+                name = heads.get(nodes.get(0, ""))
+                if name:
+                    holders[name] = job_label(m.group(1))
+        return sorted(heads.values()), sorted(free), holders
+
+    def _admit(self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], alive: list[str], free: list[str], holders: dict[str, str]) -> tuple[int, list[str]] | Unschedulable:
+        """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
+        now and the slices not to take, or why the job waits."""
+        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl)
+        message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
+        if answer is None:  # no scheduler answered: no queue this round, capacity decides
+            fitting = [c for c in counts if c <= len(free)]
+            if fitting:
+                return fitting[0], []
+            held, reason = pending_reason(
+                spec_name, min(counts), up=len(alive), free=len(free), busy=len(alive) - len(free), holders=holders.values(), where="cluster"
+            )
+            return Unschedulable(message, held=held, reason=reason)
+        if "count" in answer:
+            return answer["count"], answer["exclude"]
+        return Unschedulable(message, held=answer["held"], reason=answer["reason"])
 
     def free_slices(self, tpu_type: str) -> int:
-        """Free slices of ``tpu_type`` this job could take now (with the label its request needs): how an
-        elastic job knows it could grow (see ``SliceProvider``)."""
-        return self._free_heads(tpu_type, self._job_label)
+        """Free slices of ``tpu_type`` this job could take now (with the label its request needs, not
+        quarantined, not reserved for an older queued job): how an elastic job knows it could grow (see
+        ``SliceProvider``). Without a scheduler's answer: the free slices."""
+        spec = get_tpu_spec(tpu_type)
+        _, free, _ = self._view(spec.name, self._job_label)
+        answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free)
+        return len(free) if answer is None else int(answer)
+
+    @staticmethod
+    def _pool(spec_name: str, label: dict[str, str]) -> str:
+        """The scheduler's queue for slices of this type with this label."""
+        return spec_name + "".join(f";{k}={v}" for k, v in sorted(label.items()))
 
     def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
-        total, free = self._slices(spec.name, label)
+        alive, free, holders = self._view(spec.name, label)
+        total = len(alive)
         seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
@@ -205,16 +250,28 @@ class RaySliceProvider:
                 "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                 permanent=True,
             )
-        fitting = [c for c in counts if c <= free]
-        if not fitting:
+        admitted = self._admit(spec.name, kind, counts, label, alive, free, holders)
+        if isinstance(admitted, Unschedulable):
             self._sleep_until(deadline)
-            raise Unschedulable(f"asked: {asked} x {spec.name}; cluster has: {free} free, {total - free} busy")
-        count = fitting[0]
+            raise admitted
+        count, exclude = admitted
+        leases = self._claim(spec.name, count, deadline, label, exclude, len(free), total)
+        self.scheduler.call("claimed", self.job_id)
+        return leases
+
+    def _claim(
+        self, tpu_type: str, count: int, deadline: float, label: dict[str, str], exclude: list[str], free: int, total: int
+    ) -> list[SliceLease]:
+        """Reserve ``count`` slices (heads, then hosts; see module doc), none of those in ``exclude``."""
+        spec = get_tpu_spec(tpu_type)
+        head_selector = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name, **label}
+        if exclude:  # Ray's label selector: "!in(a, b)" matches a node whose label is none of them
+            head_selector[SLICE_NAME_LABEL] = f"!in({', '.join(exclude)})"
         wait_until = max(deadline, time.monotonic() + RESERVE_GRACE)
         heads = [
             placement_group(
                 [{spec.head_resource: 1}],
-                bundle_label_selector=[{WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name, **label}],
+                bundle_label_selector=[head_selector],
                 name=f"fray-{self.job_id}-head-{next(self._pg_seq)}",
             )
             for _ in range(count)
@@ -222,7 +279,13 @@ class RaySliceProvider:
         groups: list[PlacementGroup] = list(heads)
         try:
             if not self._ready(heads, wait_until):
-                raise Unschedulable(f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster has: {free} free, {total - free} busy")
+                # the scheduler admitted us, so the slices exist: another claim got there first (the queue
+                # only orders, placement groups decide); we keep our place in line
+                raise Unschedulable(
+                    f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster has: {free} free, {total - free} busy",
+                    held=True,
+                    reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
+                )
             nodes = _node_table()
             names = []
             for head in heads:
@@ -330,11 +393,13 @@ class RaySliceProvider:
             time.sleep(0.05)
 
     def close(self) -> None:
-        """Drop a gang reservation still pending when the job ended."""
+        """The job ended: drop a gang reservation still pending, and leave the scheduler's queue at once
+        (younger jobs no longer wait behind this one)."""
         with self._lock:
             if self._pending_gang is not None:
                 _Reservation([self._pending_gang[1]]).remove()
                 self._pending_gang = None
+        self.scheduler.call("leave", self.job_id)
 
     # --------------------------------------------------------------------------------------- start
 
@@ -464,6 +529,8 @@ class RaySliceProvider:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
+                self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy")
             if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
                 return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
             if task.cancelled:

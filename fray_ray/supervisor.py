@@ -26,7 +26,7 @@ from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.types import JobInfo, JobRequest, JobStatus
 from fray_local.provider import LogSink
 from fray_ray._host import HostConfig, HostProcess
-from fray_ray.provider import RaySliceProvider
+from fray_ray.provider import QUEUE_TTL, RaySliceProvider
 
 __all__ = ["JobSupervisor", "supervisor_name"]
 
@@ -120,6 +120,9 @@ class JobSupervisor:
             non_preemptible_resource=settings["non_preemptible_resource"],
             autoscaling=settings.get("autoscaling", False),
             non_preemptible_tpu_label=settings.get("non_preemptible_tpu_label"),
+            namespace=settings["namespace"],
+            quarantine=settings.get("quarantine", (2, 3600.0, 1800.0)),
+            queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
         )
         info = JobInfo.from_json(self.store.read(job_id))
         self.runner = GangRunner(

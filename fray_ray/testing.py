@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -37,8 +40,9 @@ FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_tim
 _GIB = 1024**3
 
 
-def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1) -> dict[str, Any]:
-    """``add_node`` arguments that make a Ray node look like worker ``worker_id`` of a TPU slice."""
+def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1, lockfile: str | None = None) -> dict[str, Any]:
+    """``add_node`` arguments that make a Ray node look like worker ``worker_id`` of a TPU slice
+    (``lockfile``: where the host's libtpu lockfile is, instead of ``/tmp/libtpu_lockfile``)."""
     spec = get_tpu_spec(tpu_type)
     resources: dict[str, float] = {
         "TPU": float(spec.chips_per_host),
@@ -59,6 +63,8 @@ def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int 
         "TPU_ACCELERATOR_TYPE": spec.name,
         "TPU_TOPOLOGY": spec.topology,
     }
+    if lockfile is not None:
+        env["FRAY_TPU_LOCKFILE"] = lockfile
     return {
         "num_cpus": num_cpus,
         "memory": 16 * _GIB,  # logical only: enough for any one host's request
@@ -72,11 +78,14 @@ def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int 
 @attrs.define(eq=False)
 class FakeTpuCluster:
     """What :func:`fake_tpu_cluster` yields: ``.cluster`` (a connected ``RayCluster``), ``.address``,
-    ``.preempt(slice_name, restore_after=0.0)`` and ``.slices()`` (live slice names by type)."""
+    ``.preempt(slice_name, restore_after=0.0)``, ``.slices()`` (live slice names by type) and
+    ``.lockfile(slice_name, host)`` (each emulated host has its own libtpu lockfile: a process holding it
+    open makes that host's TPU device busy)."""
 
     ray_cluster: Any  # ray.cluster_utils.Cluster
     cluster: Any  # fray_ray.RayCluster
     address: str
+    state_dir: str = ""  # the hosts' lockfiles live under it
     _nodes: dict[str, list[Any]] = attrs.field(factory=dict)
     _types: dict[str, str] = attrs.field(factory=dict)
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
@@ -111,7 +120,8 @@ class FakeTpuCluster:
                 self.ray_cluster._shutdown_at_exit = main
                 try:
                     for w in range(spec.hosts):
-                        nodes.append(self.ray_cluster.add_node(wait=False, **tpu_node_args(spec.name, name, w)))
+                        args = tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w))
+                        nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
                     self.ray_cluster._shutdown_at_exit = True
             if wait:
@@ -129,6 +139,12 @@ class FakeTpuCluster:
             self._nodes[name] = nodes
             self._types[name] = spec.name
         return name
+
+    def lockfile(self, slice_name: str, host: int) -> str:
+        """Host ``host`` of ``slice_name``'s libtpu lockfile (the dir is made; the file is not)."""
+        d = os.path.join(self.state_dir, slice_name, f"host{host}")
+        os.makedirs(d, exist_ok=True)
+        return os.path.join(d, "libtpu_lockfile")
 
     def slices(self) -> dict[str, list[str]]:
         """Live slice names by TPU type."""
@@ -225,7 +241,7 @@ def fake_tpu_cluster(
             "health_check_failure_threshold": 4,
         }
     rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
-    fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address)
+    fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address, state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"))
     try:
         for tpu_type, count in slices.items():
             for _ in range(count):
@@ -239,3 +255,4 @@ def fake_tpu_cluster(
             fake.cluster.close()
         ray.shutdown()
         rc.shutdown()
+        shutil.rmtree(fake.state_dir, ignore_errors=True)

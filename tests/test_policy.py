@@ -295,6 +295,28 @@ def test_a_4_slice_job_submitted_first_starts_before_later_1_slice_jobs(tmp_path
         fleet.close()
 
 
+def test_a_terminated_queued_job_leaves_the_fleets_queue_at_once(tmp_path: Path) -> None:
+    fleet = TpuFleet({"v5litepod-4": 2})
+    fleet.model.waiter_ttl = 3600.0  # an entry outlives the test unless the job's end removes it
+    cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
+    go = str(tmp_path / "go")
+    try:
+        blocker = cluster.launch(lite_request("blocker", 1, hold_until, go))
+        helpers.wait_for(lambda: cluster.poll(blocker).status is JobStatus.RUNNING, what="blocker running")
+        big = cluster.launch(lite_request("big", 2))
+        helpers.wait_for(lambda: (cluster.poll(big).pending_reason or "").startswith("queued: 1st"), what="big queued")
+        small = cluster.launch(lite_request("small", 1))
+        helpers.wait_for(lambda: (cluster.poll(small).pending_reason or "").startswith("queued: 2nd"), what="small queued")
+        cluster.terminate(big)
+        assert cluster.poll(big).status is JobStatus.STOPPED
+        info = cluster.wait(small, timeout=60)  # the free slice was reserved for "big": no longer
+        assert info.status is JobStatus.SUCCEEDED and cluster.poll(blocker).status is JobStatus.RUNNING
+    finally:
+        open(go, "w").close()
+        cluster.close()
+        fleet.close()
+
+
 # ---------------------------------------------------------------------------------- bad-host quarantine
 
 

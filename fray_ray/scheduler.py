@@ -1,0 +1,174 @@
+"""The scheduler of one Ray namespace: a fair queue per TPU pool and bad-host quarantine, shared by every
+job (every supervisor, of every client) of the cluster.
+
+One named, detached actor per namespace (:data:`SCHEDULER_NAME`), created by the first supervisor that
+needs it (``get_if_exists``). It holds only policy (``fray_core.scheduling``): the supervisors observe the
+cluster (which slices are alive, free, held by which job) and ask it, before they claim slice heads, how
+many slices they may claim now (:meth:`Scheduler.acquire`). Placement groups stay the real arbiter: the
+queue only orders. An admitted job keeps its place, reserving the count it was admitted for, until it
+reports its claim done (:meth:`Scheduler.claimed`) or its entry expires, so two supervisors admitted at
+once do not both count the same free slices.
+
+An entry not renewed for ``ttl`` seconds (a supervisor killed hard) is dropped; ``leave`` (at job end)
+drops it at once. If the actor dies its state (queue and quarantines) is lost: the next call creates a
+fresh one and jobs go on (:class:`SchedulerClient`).
+
+It is an async actor whose methods never await: each call runs to completion on one event loop, in the
+order calls arrive, and none blocks (no lock needed).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import ray.exceptions as rex
+
+from fray_core.scheduling import FairQueue, Quarantine, pending_reason
+
+__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerClient", "job_label"]
+
+SCHEDULER_NAME = "fray-scheduler"
+CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
+
+_JOB_ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+def job_label(job_id: str) -> str:
+    """A job's name as its id shows it (``train-a-20261123-094501-3fa2c1`` -> ``train-a``)."""
+    return _JOB_ID_TAIL.sub("", job_id) or job_id
+
+
+class Scheduler:
+    """Actor body (see module doc). ``quarantine_*``: see ``RayCluster``; the first client's values apply."""
+
+    def __init__(self, quarantine_after: int = 2, quarantine_window: float = 3600.0, quarantine_for: float = 1800.0) -> None:
+        self._queues: dict[str, FairQueue] = {}
+        self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name="fray-scheduler")
+        self._seen: dict[str, int] = {}  # per pool: the most slices ever seen alive
+
+    async def acquire(
+        self,
+        job_id: str,
+        pool: str,
+        tpu_type: str,
+        counts: Sequence[int],
+        alive: Sequence[str],
+        free: Sequence[str],
+        holders: dict[str, str],
+        ttl: float,
+    ) -> dict[str, Any]:
+        """May ``job_id`` claim slices of ``pool`` now? ``counts`` largest first; ``alive``: the pool's
+        slices in the cluster; ``free``: those whose head is free; ``holders``: slice name -> the job
+        (name) holding it. Returns ``{"count": c, "exclude": [names]}`` (claim ``c`` slices, none of the
+        quarantined ``exclude``) or ``{"held": bool, "reason": str}``."""
+        now = time.monotonic()
+        seen = self._seen[pool] = max(self._seen.get(pool, 0), len(alive))
+        quarantined = [n for n in self._quarantine.active(now) if n in set(alive)]
+        usable = [n for n in free if n not in quarantined]
+        queue = self._queues.get(pool)
+        if queue is None:
+            queue = self._queues[pool] = FairQueue(ttl)
+        queue.ttl = ttl
+        count = queue.admit(job_id, counts, len(usable), now, keep=True)
+        if count is not None:
+            return {"count": count, "exclude": quarantined}
+        qfree = len(free) - len(usable)
+        held, reason = pending_reason(
+            tpu_type,
+            min(counts),
+            up=len(alive) - qfree,
+            free=len(usable),
+            busy=len(alive) - len(free),
+            holders=[holders[n] for n in alive if n in holders],
+            place=queue.place(job_id, now),
+            quarantined=[self._quarantine.reason(n) for n in quarantined],
+            missing=[f"{seen - len(alive)} lost, restoring"] if seen > len(alive) else [],
+            where="cluster",
+        )
+        return {"held": held, "reason": reason}
+
+    async def free_for(self, job_id: str, pool: str, free: Sequence[str]) -> int:
+        """Of the pool's ``free`` slices, how many ``job_id`` could take now: not quarantined and not
+        reserved for a job waiting in line (every waiter is ahead of a job not in line). What an elastic
+        job grows into."""
+        now = time.monotonic()
+        quarantined = set(self._quarantine.active(now))
+        usable = sum(1 for n in free if n not in quarantined)
+        queue = self._queues.get(pool)
+        return max(0, usable - queue.reserved_ahead(job_id, now)) if queue else usable
+
+    async def claimed(self, job_id: str) -> None:
+        """The job holds the slices it was admitted for: it leaves the line."""
+        for q in self._queues.values():
+            q.leave(job_id)
+
+    async def leave(self, job_id: str) -> None:
+        """The job stopped waiting (it ended, e.g. terminated): younger jobs no longer wait behind it."""
+        for q in self._queues.values():
+            q.leave(job_id)
+
+    async def device_failed(self, slice_name: str, host: int, what: str = "device busy") -> bool:
+        """A host of the slice could not use its device; True if this put the slice in quarantine."""
+        return self._quarantine.failed(slice_name, host, time.monotonic(), what) is not None
+
+    async def repair(self, slice_name: str) -> bool:
+        """Take the slice out of quarantine and forget its device failures (an operator fixed it)."""
+        failures = self._quarantine.failures(slice_name) or {}
+        was = self._quarantine.lift(slice_name)
+        for host in list(failures):
+            self._quarantine.repaired(slice_name, host)
+        return was
+
+    async def state(self) -> dict[str, Any]:
+        """``{"queues": {pool: [job ids]}, "quarantined": {slice name: reason}}``."""
+        now = time.monotonic()
+        return {
+            "queues": {pool: q.members(now) for pool, q in self._queues.items()},
+            "quarantined": {n: self._quarantine.reason(n) for n in self._quarantine.active(now)},
+        }
+
+
+_SchedulerActor = ray.remote(Scheduler)
+
+
+class SchedulerClient:
+    """A supervisor's handle on its namespace's scheduler: creates it when missing and again after it
+    died; a call that cannot be answered returns ``None`` (the caller goes on without the queue)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        resource: str = "node:__internal_head__",
+        quarantine: tuple[int, float, float] = (2, 3600.0, 1800.0),
+    ) -> None:
+        self.namespace = namespace
+        self.resource = resource
+        self.quarantine = quarantine
+        self._actor: Any = None
+
+    def _connect(self) -> Any:
+        return _SchedulerActor.options(
+            name=SCHEDULER_NAME,
+            namespace=self.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=0,
+            resources={self.resource: 0.001},  # with the supervisors, on a non-preemptible node
+        ).remote(*self.quarantine)
+
+    def call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
+        for _ in range(2):  # once more with a fresh actor if it died
+            try:
+                if self._actor is None:
+                    self._actor = self._connect()
+                return ray.get(getattr(self._actor, method).remote(*args), timeout=timeout)
+            except (rex.RayActorError, rex.ActorUnavailableError, ValueError):
+                self._actor = None  # dead (or a name race with another supervisor): reconnect
+            except rex.GetTimeoutError:
+                return None
+        return None

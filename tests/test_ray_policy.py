@@ -1,0 +1,197 @@
+"""Scheduling policy on Ray (the session's emulated cluster, conftest.py: 2 x v4-16): one fair queue for
+every job of the cluster, whichever client launched it (``fray_ray.scheduler``, the policy of
+``fray_core.scheduling``), bad-host quarantine keyed by slice name, and a job that ends leaving the queue
+at once. Jobs that hold slices wait for a gate file the test creates."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from helpers import wait_for
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray")
+
+from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig  # noqa: E402
+from fray_core.types import AttemptOutcome  # noqa: E402
+from fray_ray import RayCluster  # noqa: E402
+from fray_ray.scheduler import SCHEDULER_NAME  # noqa: E402
+from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
+
+TPU = "v4-16"
+WAIT = 180.0
+
+
+def hold(gate: str) -> str:
+    """Hold the slice until the test creates ``gate``."""
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return os.environ["TPU_NAME"]
+
+
+def slice_name() -> str:
+    return os.environ["TPU_NAME"]
+
+
+def request(name: str, fn: Any = slice_name, slices: int = 1, budget: int = 0, **kw: Any) -> JobRequest:
+    return JobRequest(
+        name=name,
+        entrypoint=Entrypoint(callable=fn, function_args=kw),
+        resources=ResourceConfig.with_tpu(TPU, slice_count=slices),
+        max_retries_preemption=budget,
+    )
+
+
+def client(fake: Any, **kw: Any) -> RayCluster:
+    return RayCluster(address=fake.address, retry_policy=kw.pop("retry_policy", FAST_RAY_POLICY), warm_supervisor=False, **kw)
+
+
+def reason_of(cluster: RayCluster, job_id: str, pattern: str, fresh: bool = True) -> str:
+    """Wait until the job's pending reason matches ``pattern``; meanwhile it must not end, nor (``fresh``)
+    record any attempt."""
+
+    def check() -> str | None:
+        info = cluster.poll(job_id)
+        assert not info.status.is_terminal() and not (fresh and info.attempts), (info.status, info.attempts, info.error)
+        r = info.pending_reason
+        return r if r and re.fullmatch(pattern, r) else None
+
+    return wait_for(check, timeout=WAIT, what=f"{job_id}'s pending reason to match {pattern!r}", interval=0.1)
+
+
+def running(cluster: RayCluster, job_id: str) -> list[str]:
+    """Wait until the job runs; the slices it runs on."""
+    info = wait_for(lambda: (i := cluster.poll(job_id)).status is JobStatus.RUNNING and i, timeout=WAIT, what=f"{job_id} to run")
+    return info.attempts[-1].slices
+
+
+def blockers(fake: Any, tmp_path: Path, n: int = 2) -> list[tuple[str, Path]]:
+    """``n`` one-slice jobs holding slices until their gate is created."""
+    out = []
+    for i in range(n):
+        gate = tmp_path / f"gate-{i}"
+        job = fake.cluster.launch(request(f"block-{'ab'[i]}", hold, gate=str(gate)))
+        out.append((job, gate))
+    for job, _ in out:
+        running(fake.cluster, job)
+    return out
+
+
+def test_a_big_job_is_served_before_younger_small_ones_from_another_client_and_waiting_spends_no_budget(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    (b1, gate1), (b2, gate2) = blockers(fake, tmp_path)
+    # a schedule_timeout of 0: one acquire round that counted as missing capacity would make an
+    # UNSCHEDULABLE attempt, and with no preemption budget fail the job
+    first = client(fake, retry_policy=attrs.evolve(FAST_RAY_POLICY, schedule_timeout=0.0))
+    second = client(fake)
+    big_gate = tmp_path / "big"
+    big = first.launch(request("big", hold, slices=2, budget=0, gate=str(big_gate)))
+    reason_of(first, big, r"queued: 1st for 2 x v4-16; cluster: 0 free, 2 held by (block-a, block-b|block-b, block-a)")
+    small = [second.launch(request(f"small-{i}")) for i in range(2)]
+    reason_of(second, small[0], r"queued: 2nd for 1 x v4-16; cluster: 0 free, 2 held by .*")
+    reason_of(second, small[1], r"queued: 3rd for 1 x v4-16; cluster: 0 free, 2 held by .*")
+
+    gate1.touch()
+    assert fake.cluster.wait(b1, timeout=WAIT).status is JobStatus.SUCCEEDED
+    # the freed slice is kept for the older 2-slice job: the younger 1-slice jobs do not take it
+    reason_of(first, big, r"queued: 1st for 2 x v4-16; cluster: 1 free, 1 held by block-b")
+    reason_of(second, small[0], r"queued: 2nd for 1 x v4-16; cluster: 1 free, 1 held by block-b")
+
+    gate2.touch()
+    assert len(running(first, big)) == 2  # both slices: neither small job got one before it
+    for job in small:
+        assert second.poll(job).status is JobStatus.PENDING
+    big_gate.touch()
+    info = first.wait(big, timeout=WAIT)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.SUCCEEDED] and info.preemptions == 0
+    for job in small:
+        done = second.wait(job, timeout=WAIT)
+        assert done.status is JobStatus.SUCCEEDED, done.error
+        assert done.attempts[0].acquired_at > info.attempts[0].acquired_at
+    assert fake.cluster.wait(b2, timeout=WAIT).status is JobStatus.SUCCEEDED
+
+
+def test_a_terminated_queued_job_leaves_the_queue_at_once(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    # entries live an hour without renewal: only leaving at job end lets the next job through
+    patient = client(fake, queue_ttl=3600.0)
+    (b1, gate1), (b2, gate2) = blockers(fake, tmp_path)
+    big = patient.launch(request("big", slices=2))
+    reason_of(patient, big, r"queued: 1st for 2 x v4-16; .*")
+    small = patient.launch(request("small"))
+    reason_of(patient, small, r"queued: 2nd for 1 x v4-16; .*")
+    patient.terminate(big)
+    assert patient.poll(big).status is JobStatus.STOPPED
+    gate1.touch()  # one slice free: the small job, now first in line, takes it
+    info = patient.wait(small, timeout=WAIT)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    gate2.touch()
+    for job in (b1, b2):
+        assert fake.cluster.wait(job, timeout=WAIT).status is JobStatus.SUCCEEDED
+
+
+def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_the_healthy_slice(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    namespace = "fray-test-quarantine"  # its own scheduler (and quarantine), removed at the end
+    try:
+        [(blocker, gate)] = blockers(fake, tmp_path, n=1)
+        [healthy] = fake.cluster.poll(blocker).attempts[0].slices
+        [bad] = [s for s in fake.slices()[TPU] if s != healthy]
+        quarantining = client(fake, namespace=namespace)
+        with open(fake.lockfile(bad, 1), "w"):  # this process holds host 1's device: busy
+            job = quarantining.launch(request("on-bad", budget=5))
+            reason = reason_of(
+                quarantining,
+                job,
+                rf"queued: 1st for 1 x v4-16; cluster: 0 free, 1 held by block-a; quarantined: {bad} \(device busy twice in \d+ s\)",
+                fresh=False,
+            )
+            scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
+            assert ray.get(scheduler.state.remote())["quarantined"] == {bad: reason.split("; ")[-1]}
+        gate.touch()
+        info = quarantining.wait(job, timeout=WAIT)
+        assert info.status is JobStatus.SUCCEEDED, info.error
+        assert info.result == [healthy, healthy]
+        lost = info.attempts[:-1]
+        assert [a.outcome for a in lost] == [AttemptOutcome.PREEMPTED] * 2 and all(a.slices == [bad] for a in lost)
+        assert all(f"TpuBusyError: TPU device busy on {bad} host 1" in a.cause for a in lost), [a.cause for a in lost]
+        assert info.attempts[-1].slices == [healthy]
+        assert fake.cluster.wait(blocker, timeout=WAIT).status is JobStatus.SUCCEEDED
+    finally:
+        try:
+            ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=namespace))
+        except ValueError:
+            pass  # never created
+
+
+def test_a_queued_job_goes_on_when_the_scheduler_actor_dies(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    """The actor's state is lost with it; its users create a fresh one and no job fails."""
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    (b1, gate1), (b2, gate2) = blockers(fake, tmp_path)
+    waiting = fake.cluster.launch(request("waiting"))
+    reason_of(fake.cluster, waiting, r"queued: 1st for 1 x v4-16; .*")
+    old = ray.get_actor(SCHEDULER_NAME, namespace=fake.cluster.namespace)
+    ray.kill(old, no_restart=True)
+    gate1.touch()
+    info = fake.cluster.wait(waiting, timeout=WAIT)
+    assert info.status is JobStatus.SUCCEEDED and [a.outcome for a in info.attempts] == [AttemptOutcome.SUCCEEDED], info.error
+    new = ray.get_actor(SCHEDULER_NAME, namespace=fake.cluster.namespace)
+    assert new._actor_id != old._actor_id
+    gate2.touch()
+    for job in (b1, b2):
+        assert fake.cluster.wait(job, timeout=WAIT).status is JobStatus.SUCCEEDED
