@@ -186,7 +186,6 @@ class RaySliceProvider:
     def _view(tpu_type: str, label: dict[str, str]) -> tuple[list[str], list[str], dict[str, str]]:
         """The slices of this type (with ``label``) in the cluster: (alive, free (head not held), slice ->
         the job holding it), from Ray's own state."""
-
         spec = get_tpu_spec(tpu_type)
         want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
         heads = {}
