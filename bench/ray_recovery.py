@@ -8,7 +8,8 @@ On the emulated 2 x v4-16 cluster (``fray_ray.testing.fake_tpu_cluster``), one s
 starts joining at once).
 
 - fray: a 2-slice job whose attempt-0 hosts hold (sleep). Timed from the moment the removal starts to the
-  moment the last of the 4 hosts of the next attempt has started, on the surviving slice and the restored
+  moment the last of the 4 hosts of the next attempt has started (the "all hosts running" end of THE
+  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the surviving slice and the restored
   one. That figure INCLUDES: Ray noticing the lost hosts, the runner cancelling the survivors and releasing
   both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING FOR THE RESTORED SLICE TO JOIN (the
   emulated restore starts 2 raylets on this machine), the two-phase reservation and the host start.
