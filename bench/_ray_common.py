@@ -128,6 +128,17 @@ def host_task_options(pg: Any, bundle: int, chips: int) -> dict[str, Any]:
     }
 
 
+def wait_for(pred: Any, timeout: float, what: str, step: float = 0.01) -> Any:
+    """Poll ``pred`` until it returns something true (returned), or raise ``TimeoutError`` naming ``what``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(step)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
 def task_events(name_prefixes: tuple[str, ...]) -> dict[str, dict[int, float]]:
     """Ray's own record of the named tasks (``name`` starts with one of ``name_prefixes``): per task name,
     the wall time at which it entered each state (``ray.core.generated.common_pb2.TaskStatus`` numbers:

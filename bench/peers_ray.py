@@ -253,14 +253,7 @@ class Peers:
         self.idle()
 
 
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.01) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise TimeoutError(f"peers_ray: timed out after {timeout:.0f} s waiting for {what}")
+wait_for = common.wait_for
 
 
 # ------------------------------------------------------------------------- eformer paths that hang

@@ -66,14 +66,7 @@ def hold(marker_dir: str, tag: str, attempt: str | None = None) -> str:
     return "ok"
 
 
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.01) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise TimeoutError(f"ray_recovery: timed out after {timeout:.0f} s waiting for {what}")
+wait_for = common.wait_for
 
 
 class JoinWatch:
