@@ -1,8 +1,17 @@
 """Shared pieces of the Ray benchmarks (not a benchmark itself): host bodies that leave a start marker,
-the hand-written placement-group baseline, and waiting for the emulated cluster to be idle.
+the hand-written placement-group baseline, the one gang-launch measure, and waiting for the emulated
+cluster to be idle.
 
-Markers are files ``<dir>/<tag>__<slice name>__<worker id>`` holding ``time.time()`` at the host's start;
-every emulated host runs on this machine, so one wall clock serves all of them.
+Markers are files ``<dir>/<tag>__<slice name>__<worker id>__<attempt>`` holding ``time.time()`` at the
+host's start, the pid and the start time of the process the function runs in; every emulated host runs on
+this machine, so one wall clock serves all of them.
+
+THE gang-launch measure (every Ray script uses it, through :func:`gang_times`):
+
+- **all hosts running** = from the launch call (``cluster.launch``, ``placement_group``, or the peer's
+  entry call) to the moment the LAST host's function started (the latest start marker);
+- **end to end** = from the same launch call to every host's result back in the calling process (for
+  fray: ``wait`` returned; raw Ray: ``ray.get`` of every host's task returned and the groups removed).
 """
 
 from __future__ import annotations
@@ -16,29 +25,62 @@ TPU_TYPE = "v4-16"  # 2 hosts x 4 chips per slice
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 
 
+def process_start_time() -> float:
+    """Wall time at which this process was created (from ``/proc``, 10 ms resolution)."""
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def write_marker(marker_dir: str, tag: str, attempt: str | None = None) -> float:
     """Record that this host started (called first thing on the host); ``attempt`` defaults to
-    ``$FRAY_ATTEMPT`` (set by fray), else ``"0"``."""
+    ``$FRAY_ATTEMPT`` (set by fray), else the content of ``<marker_dir>/<tag>.attempt`` (written by a
+    benchmark before it removes a slice, for peers that do not number attempts), else ``"0"``."""
     t = time.time()
-    attempt = attempt if attempt is not None else os.environ.get("FRAY_ATTEMPT", "0")
-    name = f"{tag}__{os.environ.get('TPU_NAME', '?')}__{os.environ.get('TPU_WORKER_ID', '?')}__{attempt}"
-    with open(os.path.join(marker_dir, name), "w") as f:
-        f.write(repr(t))
+    if attempt is None:
+        attempt = os.environ.get("FRAY_ATTEMPT")
+    if attempt is None:
+        try:
+            with open(os.path.join(marker_dir, f"{tag}.attempt")) as f:
+                attempt = f.read().strip() or "0"
+        except OSError:
+            attempt = "0"
+    name = f"{tag}__{os.environ.get('TPU_NAME', '?')}__{os.environ.get('TPU_WORKER_ID', '?')}__{attempt}__{os.getpid()}"
+    tmp = os.path.join(marker_dir, "." + name)
+    with open(tmp, "w") as f:
+        f.write(f"{t!r} {os.getpid()} {process_start_time()!r}")
+    os.replace(tmp, os.path.join(marker_dir, name))  # readers never see a half-written marker
     return t
+
+
+def marker_details(marker_dir: str, tag: str) -> list[dict[str, Any]]:
+    """Every start marker of ``tag``: ``slice``, ``worker``, ``attempt``, ``t`` (function start), ``pid``,
+    ``process_start`` (when that process was created)."""
+    out = []
+    for fn in os.listdir(marker_dir):
+        parts = fn.split("__")
+        if parts[0] != tag or len(parts) < 4:
+            continue
+        with open(os.path.join(marker_dir, fn)) as f:
+            t, pid, pstart = f.read().split()
+        out.append({"slice": parts[1], "worker": parts[2], "attempt": parts[3], "t": float(t), "pid": int(pid), "process_start": float(pstart)})
+    return out
 
 
 def markers(marker_dir: str, tag: str) -> list[tuple[str, str, str, float]]:
     """``(slice name, worker id, attempt, start time)`` of every host that started under ``tag``."""
-    out = []
-    for fn in os.listdir(marker_dir):
-        parts = fn.split("__")
-        if parts[0] != tag:
-            continue
-        with open(os.path.join(marker_dir, fn)) as f:
-            text = f.read()
-        if text:
-            out.append((parts[1], parts[2], parts[3], float(text)))
-    return out
+    return [(m["slice"], m["worker"], m["attempt"], m["t"]) for m in marker_details(marker_dir, tag)]
+
+
+def gang_times(t_launch: float, marker_dir: str, tag: str, hosts: int, t_done: float) -> tuple[float, float]:
+    """THE gang-launch measure (module doc): ``(all hosts running, end to end)`` in seconds after the launch
+    call ``t_launch``; checks that exactly ``hosts`` hosts started."""
+    starts = [m[3] for m in markers(marker_dir, tag)]
+    if len(starts) != hosts:
+        raise AssertionError(f"{tag}: {len(starts)} host(s) started, expected {hosts}")
+    return max(starts) - t_launch, t_done - t_launch
 
 
 def mark(marker_dir: str, tag: str) -> str:
@@ -84,6 +126,43 @@ def host_task_options(pg: Any, bundle: int, chips: int) -> dict[str, Any]:
         "max_retries": 0,
         "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle),
     }
+
+
+def wait_for(pred: Any, timeout: float, what: str, step: float = 0.01) -> Any:
+    """Poll ``pred`` until it returns something true (returned), or raise ``TimeoutError`` naming ``what``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(step)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def task_events(name_prefixes: tuple[str, ...]) -> dict[str, dict[int, float]]:
+    """Ray's own record of the named tasks (``name`` starts with one of ``name_prefixes``): per task name,
+    the wall time at which it entered each state (``ray.core.generated.common_pb2.TaskStatus`` numbers:
+    1 PENDING_ARGS_AVAIL = created/submitted, 5 SUBMITTED_TO_WORKER = a worker got it, 8 RUNNING).
+    Read from the GCS (private API, no dashboard needed); workers report every second, so call it a
+    couple of seconds after the tasks ran. Empty when this Ray cannot answer."""
+    try:
+        from ray._private.state import state
+
+        events = state._get_all_task_events()
+    except Exception:
+        return {}
+    names: dict[bytes, str] = {}
+    ts: dict[bytes, dict[int, float]] = {}
+    for ev in events:
+        key = ev.task_id + bytes([ev.attempt_number % 256])
+        if ev.HasField("task_info") and ev.task_info.name:
+            names[key] = ev.task_info.name
+        if ev.HasField("state_updates"):
+            ts.setdefault(key, {}).update({int(k): v / 1e9 for k, v in ev.state_updates.state_ts_ns.items()})
+    return {name: ts.get(key, {}) for key, name in names.items() if name.startswith(name_prefixes)}
+
+
+SUBMITTED, TO_WORKER, RUNNING = 1, 5, 8
 
 
 def med_p90(xs: list[float]) -> tuple[float, float]:

@@ -4,7 +4,8 @@
     python bench/ray_gang_launch.py --smoke    # 2 runs of each, no warm-up (CI keeps the script working)
 
 On the emulated 2 x v4-16 cluster (``fray_ray.testing.fake_tpu_cluster``: 4 TPU hosts, each its own raylet),
-a job over both slices (4 hosts) whose hosts write a start marker (``time.time()``) and return.
+a job over both slices (4 hosts) whose hosts write a start marker (``time.time()``) and return. Timed
+with THE gang-launch measure of ``_ray_common.py`` (``gang_times``): (a) all hosts running, (b) end to end.
 
 - fray: ``cluster.launch(request)`` -> (a) the last of the 4 hosts started; (b) ``cluster.wait`` returned
   the result (the detached supervisor actor, the two-phase slice reservation, host tasks, release, the job
@@ -56,10 +57,8 @@ def fray_run(fake: Any, marker_dir: str, tag: str) -> tuple[float, ...]:
     info = fake.cluster.wait(job_id, timeout=300, raise_on_failure=True)
     t_done = time.time()
     watcher.join(5)
-    starts = [m[3] for m in common.markers(marker_dir, tag)]
-    assert len(starts) == 4, starts
     t_held = held[0] - t0 if held else float("nan")
-    return max(starts) - t0, t_done - t0, info.attempts[0].started_at - t0, t_held
+    return *common.gang_times(t0, marker_dir, tag, 4, t_done), info.attempts[0].started_at - t0, t_held
 
 
 def _watch_held(store: Any, job_id: str, out: list[float]) -> None:
@@ -86,10 +85,7 @@ def baseline_run(task: Any, slice_names: list[str], hosts: int, chips: int, mark
     ray.get(refs, timeout=300)
     for pg in pgs:
         remove_placement_group(pg)
-    t_done = time.time()
-    starts = [m[3] for m in common.markers(marker_dir, tag)]
-    assert len(starts) == len(refs), starts
-    return max(starts) - t0, t_done - t0
+    return common.gang_times(t0, marker_dir, tag, len(refs), time.time())
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -8,7 +8,8 @@ On the emulated 2 x v4-16 cluster (``fray_ray.testing.fake_tpu_cluster``), one s
 starts joining at once).
 
 - fray: a 2-slice job whose attempt-0 hosts hold (sleep). Timed from the moment the removal starts to the
-  moment the last of the 4 hosts of the next attempt has started, on the surviving slice and the restored
+  moment the last of the 4 hosts of the next attempt has started (the "all hosts running" end of THE
+  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the surviving slice and the restored
   one. That figure INCLUDES: Ray noticing the lost hosts, the runner cancelling the survivors and releasing
   both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING FOR THE RESTORED SLICE TO JOIN (the
   emulated restore starts 2 raylets on this machine), the two-phase reservation and the host start.
@@ -65,14 +66,7 @@ def hold(marker_dir: str, tag: str, attempt: str | None = None) -> str:
     return "ok"
 
 
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.01) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise TimeoutError(f"ray_recovery: timed out after {timeout:.0f} s waiting for {what}")
+wait_for = common.wait_for
 
 
 class JoinWatch:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SCRIPTS = [  # (script, what it measures, needs ray)
+SCRIPTS = [  # (script, what it measures, needs ray); the first is the headline table of docs/performance.md
+    ("peers_ray.py", "Fray vs each peer vs raw Ray (headline)", True),
     ("import_cost.py", "Import cost", False),
     ("runner_scale.py", "Runner at fleet scale (in-memory provider, fake clock)", False),
     ("local_backend.py", "Local backend vs multiprocessing", False),
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
             "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
-            "(CI runs each script with `--smoke`).",
+            "(CI runs each script with `--smoke`; peers_ray.py only when the `bench` extra is installed).",
+            "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or one table with",
+            "`python bench/<script>.py` (e.g. `python bench/peers_ray.py` for the headline table).",
             f"All scripts took {total:.0f} s; {load}. Timings of the Ray and local-backend figures move with",
             "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says which are noisy.",
             "",

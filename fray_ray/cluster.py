@@ -51,6 +51,8 @@ TERMINATE_TIMEOUT = 60.0
 # between must not call the job's supervisor gone. Once the supervisor wrote the record, no grace.
 SUPERVISOR_START_GRACE = 30.0
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
+WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
+WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 
 _Supervisor = ray.remote(JobSupervisor)
 
@@ -82,9 +84,10 @@ class RayCluster(Cluster):
     - ``queue_ttl``: jobs of the cluster wait for TPU slices in one first-come-first-served queue (the
       namespace's scheduler actor); a job keeps its place while its supervisor keeps asking, and for
       ``queue_ttl`` seconds after it stops (a supervisor killed hard). A job that ends leaves at once.
-    - ``warm_supervisor``: after each launch, start the next job's supervisor actor right away, so the
-      next ``launch`` does not pay an actor start (~0.4 s) before its slices are reserved. An unused one
-      is removed by ``close()``, at interpreter exit, or by itself after 10 minutes.
+    - ``warm_supervisor``: once a launched job's hosts all run (or it ended), start the next job's
+      supervisor actor, so the next ``launch`` does not pay an actor start (~0.4 s) before its slices are
+      reserved (not at ``launch`` itself: its start would compete with the hosts' for CPU). An unused one
+      is removed by ``close()`` (after which none is started), at interpreter exit, or by itself after 10 minutes.
     """
 
     jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
@@ -129,6 +132,7 @@ class RayCluster(Cluster):
         self.warm_supervisor = warm_supervisor
         self._standby: tuple[str, Any, float] | None = None
         self._standby_lock = threading.Lock()
+        self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -186,13 +190,33 @@ class RayCluster(Cluster):
             self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
             self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
         if self.warm_supervisor:
-            name = supervisor_name()
-            fresh = (name, self._supervisor_options(name).remote(name), time.monotonic())
-            with self._standby_lock:
-                fresh, self._standby = self._standby, fresh
-            if fresh is not None:  # another thread's launch also made one
-                ray.kill(fresh[1], no_restart=True)
+            # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
+            # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
+            # went"). It starts once this job's hosts all run, or the job ended (bounded wait).
+            threading.Thread(target=self._warm_after, args=(job_id,), daemon=True, name="fray-warm-supervisor").start()
         return job_id
+
+    def _warm_after(self, job_id: str) -> None:
+        """Start the next job's warm supervisor once ``job_id``'s hosts have all started (or it ended, or
+        ``WARM_AFTER_TIMEOUT`` passed); not when ``close()`` was called meanwhile or one is warm already."""
+        end = time.monotonic() + WARM_AFTER_TIMEOUT
+        while time.monotonic() < end and not self._closed.is_set():
+            try:
+                info, _ = self.store.read_info(job_id)
+                if info.status.is_terminal() or any(a.hosts_started_at is not None for a in info.attempts):
+                    break
+            except Exception:
+                pass  # a record mid-write or unreadable: look again
+            if self._closed.wait(WARM_AFTER_POLL):
+                return
+        with self._standby_lock:
+            if self._closed.is_set() or self._standby is not None or not ray.is_initialized():
+                return
+            name = supervisor_name()
+            try:
+                self._standby = (name, self._supervisor_options(name).remote(name), time.monotonic())
+            except Exception:
+                pass  # Ray is going away: the next launch starts its supervisor cold
 
     def _supervisor_options(self, name: str) -> Any:
         return _Supervisor.options(
@@ -223,8 +247,9 @@ class RayCluster(Cluster):
         return False
 
     def close(self) -> None:
-        """Remove the warm supervisor (jobs keep running). Also called at interpreter exit."""
+        """Remove the warm supervisor (jobs keep running) and start no new one. Also called at interpreter exit."""
         with self._standby_lock:
+            self._closed.set()
             standby, self._standby = self._standby, None
         if standby is not None and ray.is_initialized():
             try:

@@ -210,11 +210,16 @@ def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tp
 
     client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
     first = client.launch(JobRequest(name="first", entrypoint=Entrypoint(callable=os.getpid)))
+    # not started at launch, beside the job's own host workers (it would slow them down), but once they run
+    hosts_started = lambda: any(a.hosts_started_at for a in client.poll(first).attempts)  # noqa: E731
+    assert client._standby is None or hosts_started()
+    wait_for(lambda: client._standby is not None and alive(client._standby[0]), what="the next job's supervisor to be up")
+    assert hosts_started() or client.poll(first).status.is_terminal()
     warm = client._standby[0]
-    wait_for(lambda: alive(warm), what="the next job's supervisor to be up")
     second = client.launch(JobRequest(name="second", entrypoint=Entrypoint(callable=os.getpid)))
     assert client.store.read(second)["owner"]["ray_actor"] == warm  # the launch took the warm one
     assert all(i.status == JobStatus.SUCCEEDED for i in client.wait([first, second], timeout=120))
+    wait_for(lambda: client._standby is not None, what="the next supervisor after the second job")
     warm = client._standby[0]
     client.close()
     wait_for(lambda: not alive(warm), what="close() to remove the unused supervisor")
