@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke:
         append_notes(sections, total, load)
         notes = (HERE / "NOTES.md").read_text() if (HERE / "NOTES.md").exists() else ""
+        notes = notes.split("\n## History")[0]  # superseded findings stay in NOTES.md only
         lines = [
             "# Performance",
             "",
