@@ -29,7 +29,9 @@ Fray's gang-launch breakdown (medians, seconds after ``launch``): the job record
 slices held, every host reported in), Ray's task events (host task created, a worker got it, RUNNING) and
 the markers (host process created, function started). Same columns for raw where they exist.
 
-Reps are interleaved (the order of peers rotates every rep) after one untimed warm-up of each; each run
+Reps are interleaved (a fresh order of the cases every rep, drawn from ``--seed``, printed: a fixed rotation
+always ran raw's 2-slice case right after eformer's, whose idle worker it then reused) after one untimed
+warm-up of each; each run
 starts on an idle cluster (waiting for that is not timed). The machine has 2 cores shared with others:
 read the ratios, and the spread, not the seconds. Load average before/after is printed.
 """
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -322,6 +325,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--recovery-reps", type=int, default=3, help="reps of each recovery case (0: skip)")
     ap.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--seed", type=int, default=None, help="the order of the cases in each rep (default: random, printed)")
     args = ap.parse_args(argv)
     reps, rec_reps = (1, 1) if args.smoke else (args.reps, args.recovery_reps)
     probe_timeout = min(args.probe_timeout, 30.0) if args.smoke else args.probe_timeout
@@ -341,8 +345,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         setup = time.monotonic() - t_setup
         peers = Peers(fake, marker_dir)
         cases = [(k, 1) for k in ("raw", "fray", EFORMER) if k != EFORMER or ef] + [("raw", 2), ("fray", 2)]
+        seed = random.randrange(2**32) if args.seed is None else args.seed
+        rng = random.Random(seed)
         for i in range(0 if args.smoke else -1, reps):  # -1: one untimed warm-up of each
-            order = cases[i % len(cases):] + cases[: i % len(cases)]
+            order = rng.sample(cases, len(cases))
             for kind, slices in order:
                 peers.idle()
                 tag = peers.tag(f"{kind}{slices}s")
@@ -360,14 +366,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 probes[what] = probe_eformer(fake.address, what, marker_dir, probe_timeout)
         rec_cases = [(k, 1) for k in ("raw", "fray", EFORMER) if k != EFORMER or ef] + [("raw", 2), ("fray", 2)]
         for i in range(rec_reps):
-            order = rec_cases[i % len(rec_cases):] + rec_cases[: i % len(rec_cases)]
+            order = rng.sample(rec_cases, len(rec_cases))
             for kind, slices in order:
                 peers.settle()
                 tag = peers.tag(f"rec-{kind}{slices}s")
                 recoveries.setdefault((kind, slices), []).append(getattr(peers, f"{kind}_recovery")(slices, tag))
         peers.settle()
     load_after = os.getloadavg()
-    return report(launches, recoveries, probes, events, ef, reps, rec_reps, setup, load_before, load_after, ray.__version__, args.smoke)
+    return report(launches, recoveries, probes, events, ef, reps, rec_reps, setup, load_before, load_after, ray.__version__, args.smoke, seed)
 
 
 def _fmt_load(load: tuple[float, float, float]) -> str:
@@ -387,12 +393,13 @@ def report(
     load_after: tuple[float, float, float],
     ray_version: str,
     smoke: bool,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     med = common.med_p90
     print(
         f"Fray vs peers on Ray {ray_version}: emulated 2 x {common.TPU_TYPE} (2 hosts each), trivial host function; "
         f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per recovery case; "
-        f"eformer {ef or 'not installed'}\n"
+        f"eformer {ef or 'not installed'}; case order seed={seed} (--seed)\n"
         f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; cluster start-up {setup:.1f} s (not counted)"
     )
     print(f"{'case':<50}{'peer':<34}{'median s':>9}{'p90 s':>8}{'ratio':>7}")
