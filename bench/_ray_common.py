@@ -89,8 +89,47 @@ def mark(marker_dir: str, tag: str) -> str:
     return os.environ.get("TPU_WORKER_ID", "?")
 
 
+QUIET_BUSY = 0.25  # the machine is quiet when at most this share of all its cores is busy ...
+QUIET_WINDOW = 0.25  # ... in two windows of this many seconds in a row
+QUIET_TIMEOUT = 20.0  # seconds to wait for that before a case starts anyway (counted in ``not_quiet``)
+not_quiet = 0  # cases that started on a machine that was not quiet within QUIET_TIMEOUT
+
+
+def cpu_busy(window: float = QUIET_WINDOW) -> float:
+    """The share of all cores busy (not idle, not waiting for I/O) during the next ``window`` seconds."""
+
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]
+
+    total0, idle0 = read()
+    time.sleep(window)
+    total1, idle1 = read()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_quiet(timeout: float = QUIET_TIMEOUT) -> bool:
+    """Wait until the machine is quiet (see ``QUIET_BUSY``); False when it was not within ``timeout``.
+
+    Why: every peer's gang launch is a burst of CPU (fresh worker processes importing Ray) on the same
+    cores, and so is what a previous case left behind (raw Ray workers exiting, eformer's idle workers,
+    fray's next warm supervisor starting: ~1.3 s of CPU on the head node). Without this, each case would
+    pay for the one before it, whichever peer that was."""
+    global not_quiet
+    end = time.monotonic() + timeout
+    calm = 0
+    while time.monotonic() < end:
+        calm = calm + 1 if cpu_busy() <= QUIET_BUSY else 0
+        if calm >= 2:
+            return True
+    not_quiet += 1
+    return False
+
+
 def wait_idle(total_slices: int, hosts_per_slice: int, chips_per_host: int, head_resource: str, timeout: float = 60.0) -> float:
-    """Wait (untimed) until every TPU chip and slice head is free again; returns the seconds waited."""
+    """Wait (untimed) until every TPU chip and slice head is free again and the machine is quiet
+    (:func:`wait_quiet`); returns the seconds waited."""
     import ray
 
     t0 = time.monotonic()
@@ -98,6 +137,7 @@ def wait_idle(total_slices: int, hosts_per_slice: int, chips_per_host: int, head
     while time.monotonic() - t0 < timeout:
         avail = ray.available_resources()
         if avail.get("TPU", 0) >= want_tpu and avail.get(head_resource, 0) >= total_slices:
+            wait_quiet()
             return time.monotonic() - t0
         time.sleep(0.05)
     raise TimeoutError(f"the emulated cluster did not become idle in {timeout:.0f} s: {ray.available_resources()}")

@@ -1,6 +1,6 @@
 """Fray against its peers on ONE emulated Ray cluster: hand-written Ray ("raw"), fray, eformer.
 
-    python bench/peers_ray.py              # 7 interleaved reps of each launch case, 3 of each recovery case
+    python bench/peers_ray.py              # 12 interleaved reps of each launch case, 3 of each recovery case
     python bench/peers_ray.py --smoke      # 1 rep of each (CI: only when eformer is installed)
     pip install -e '.[bench]'              # eformer==0.0.101 (pulls jax, ~1 GB)
 
@@ -81,6 +81,10 @@ def hold(marker_dir: str, tag: str) -> str:
     return "ok"
 
 
+def _pid() -> int:
+    return os.getpid()
+
+
 def eformer_version() -> str | None:
     try:
         import importlib.metadata
@@ -107,12 +111,24 @@ class Peers:
         self.spec = get_tpu_spec(common.TPU_TYPE)
         self.raw_mark = ray.remote(max_calls=1)(common.mark)
         self.raw_hold = ray.remote(max_calls=1)(hold)
+        self.raw_drain = ray.remote(max_calls=1, num_cpus=0)(_pid)
         self.n = 0
         self.fray_jobs: dict[str, str] = {}  # tag -> job id
 
     def tag(self, kind: str) -> str:
         self.n += 1
         return f"{kind}{self.n}"
+
+    def drain(self) -> None:
+        """Untimed, after an eformer case: its head task (default ``max_calls``) leaves an idle worker on a
+        TPU host, which the next task landing there reuses: a warm start that flattered whichever peer came
+        next (seen in 5 of 35 launches before this). A ``max_calls=1`` task pinned to every TPU node takes
+        any such worker and exits with it."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("TPU")]
+        ray.get([self.raw_drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote() for nid in nodes], timeout=120)
 
     def idle(self) -> None:
         common.wait_idle(2, self.spec.hosts, self.spec.chips_per_host, self.spec.head_resource)
@@ -321,11 +337,12 @@ def _why(lines: list[str], timed_out: bool, took: float, rc: int | None) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=7, help="interleaved reps of each launch case")
+    ap.add_argument("--reps", type=int, default=12, help="interleaved reps of each launch case")
     ap.add_argument("--recovery-reps", type=int, default=3, help="reps of each recovery case (0: skip)")
     ap.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--seed", type=int, default=None, help="the order of the cases in each rep (default: random, printed)")
+    ap.add_argument("--json", help="also write every measurement (per case and host) to this file")
     args = ap.parse_args(argv)
     reps, rec_reps = (1, 1) if args.smoke else (args.reps, args.recovery_reps)
     probe_timeout = min(args.probe_timeout, 30.0) if args.smoke else args.probe_timeout
@@ -338,6 +355,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     t_setup = time.monotonic()
     launches: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    order_log: list[dict[str, Any]] = []  # every launch case in the order run (warm-ups included)
     recoveries: dict[tuple[str, int], list[float]] = {}
     probes: dict[str, str] = {}
     events: dict[str, dict[int, float]] = {}
@@ -353,9 +371,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 peers.idle()
                 tag = peers.tag(f"{kind}{slices}s")
                 got = getattr(peers, kind)(slices, tag)
+                if kind == EFORMER:
+                    peers.drain()
                 got["all_running"], got["end_to_end"] = common.gang_times(got["t0"], marker_dir, tag, slices * peers.spec.hosts, got["done"])
                 got["markers"] = common.marker_details(marker_dir, tag)
                 got["tag"] = tag
+                got["kind"], got["slices"], got["rep"] = kind, slices, i
+                order_log.append(got)
                 if i >= 0:
                     launches.setdefault((kind, slices), []).append(got)
         time.sleep(2.5)  # workers report task events every second
@@ -373,7 +395,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 recoveries.setdefault((kind, slices), []).append(getattr(peers, f"{kind}_recovery")(slices, tag))
         peers.settle()
     load_after = os.getloadavg()
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump({"seed": seed, "launches": order_log, "recoveries": {f"{k} {s}": v for (k, s), v in recoveries.items()}}, f, indent=1, default=str)
     return report(launches, recoveries, probes, events, ef, reps, rec_reps, setup, load_before, load_after, ray.__version__, args.smoke, seed)
+
+
+BLOCKS = 3
+
+
+def block_ratios(rows: list[dict[str, Any]], raw: list[dict[str, Any]], what: str, reps: int) -> tuple[float, float]:
+    """The lowest and highest ratio to raw (of medians) over ``BLOCKS`` consecutive blocks of reps: how much
+    the ratio moves from one part of the run to another, as it would between separate runs. NaN when
+    there are fewer reps than blocks."""
+    if reps < BLOCKS:
+        return float("nan"), float("nan")
+    ratios = []
+    for b in range(BLOCKS):
+        mine = [r[what] for r in rows if r["rep"] * BLOCKS // reps == b]
+        base = [r[what] for r in raw if r["rep"] * BLOCKS // reps == b]
+        if mine and base:
+            ratios.append(common.med_p90(mine)[0] / common.med_p90(base)[0])
+    return (min(ratios), max(ratios)) if ratios else (float("nan"), float("nan"))
 
 
 def _fmt_load(load: tuple[float, float, float]) -> str:
@@ -400,9 +445,11 @@ def report(
         f"Fray vs peers on Ray {ray_version}: emulated 2 x {common.TPU_TYPE} (2 hosts each), trivial host function; "
         f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per recovery case; "
         f"eformer {ef or 'not installed'}; case order seed={seed} (--seed)\n"
-        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; cluster start-up {setup:.1f} s (not counted)"
+        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; cluster start-up {setup:.1f} s (not counted)\n"
+        f"every case starts on an idle cluster and a quiet machine (<= {common.QUIET_BUSY:.0%} of the cores busy for "
+        f"{2 * common.QUIET_WINDOW:g} s; {common.not_quiet} case(s) did not get one within {common.QUIET_TIMEOUT:g} s)"
     )
-    print(f"{'case':<50}{'peer':<34}{'median s':>9}{'p90 s':>8}{'ratio':>7}")
+    print(f"{'case':<50}{'peer':<34}{'median s':>9}{'p90 s':>8}{'ratio':>7}  {'by block':<11}")
     out: dict[str, Any] = {"launch": {}, "recovery": {}, "probes": probes}
     peer_names = {"raw": "raw Ray (PG + tasks)", "fray": "fray RayCluster", EFORMER: "eformer execute_resumable"}
     for slices in (1, 2):
@@ -413,9 +460,11 @@ def report(
                 rows = launches.get((kind, slices))
                 if rows:
                     m, p90 = med([r[what] for r in rows])
-                    goal = f"   goal <= {GOAL:.2f} ({'met' if m / base <= GOAL else 'MISSED'})" if kind == "fray" else ""
-                    print(f"{label:<50}{peer_names[kind]:<34}{m:>9.3f}{p90:>8.3f}{m / base:>7.2f}{goal}")
-                    out["launch"][f"{kind} {slices} {what}"] = {"median": m, "p90": p90, "ratio": m / base}
+                    lo, hi = block_ratios(rows, launches[("raw", slices)], what, reps)
+                    goal = f" goal <= {GOAL:.2f} ({'met' if m / base <= GOAL else 'MISSED'})" if kind == "fray" else ""
+                    blocks = f"{lo:.2f}-{hi:.2f}" if kind != "raw" and lo == lo else ""
+                    print(f"{label:<50}{peer_names[kind]:<34}{m:>9.3f}{p90:>8.3f}{m / base:>7.2f}  {blocks:<11}{goal}")
+                    out["launch"][f"{kind} {slices} {what}"] = {"median": m, "p90": p90, "ratio": m / base, "blocks": (lo, hi)}
                 elif kind == EFORMER:
                     why = "not installed (pip install -e '.[bench]')" if not ef else probes.get("autoscale_execute_resumable", "?")
                     name = "eformer autoscale_execute_resumable" if slices == 2 else peer_names[kind]
@@ -462,6 +511,8 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
             vals = [v - r["t0"] for r in launches.get(key, []) if (v := get(r)) is not None]
             cells.append(f"{common.med_p90(vals)[0]:>10.3f}" if vals else f"{'-':>10}")
         print(f"{label:<56}" + "".join(cells))
+    reused = {k: sum(1 for s in (1, 2) for r in launches.get((k, s), []) for m in r["markers"] if m["process_start"] < r["t0"]) for k in ("raw", "fray")}
+    print(f"{'hosts that ran in a worker older than the launch (reused)':<56}" + "".join(f"{reused[k]:>10}" for k in ("raw", "fray")) + "   (raw, fray; all reps)")
     per_host = [m["t"] - m["process_start"] for key in cols for r in launches.get(key, []) for m in r["markers"]]
     if per_host:
         for kind in ("raw", "fray"):

@@ -48,6 +48,7 @@ __all__ = [
     "TpuBusyError",
     "device_holders",
     "gce_preempted",
+    "host_payload",
     "run_host",
     "signal_host",
 ]
@@ -134,18 +135,18 @@ def _cmdline(pid: int) -> str:
 
 # The reaper: a daemon of its own (forked twice, so it is not the worker's child: Ray kills a dying
 # worker's children, and the reaper must outlive the worker), waiting for the host task to end (a byte or
-# EOF on stdin) or its worker to die (its /proc entry gone or reused), then SIGKILLing every process whose
-# environment carries the host's token, until none is left.
+# EOF on stdin) or its worker to die (its /proc entry gone, or reused: the worker passes its own start
+# time, so a worker that died before the reaper came up is seen as gone), then SIGKILLing every process
+# whose environment carries the host's token, until none is left.
 _REAPER = """
 import os, select, signal, sys, time
-token, parent = sys.argv[1].encode(), int(sys.argv[2])
+token, parent, born = sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3].encode()
 def started(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
-born = started(parent)
 if os.fork():
     os._exit(0)
 while started(parent) == born:
@@ -177,12 +178,16 @@ class _Reaper:
         token = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if k != HOST_TOKEN_ENV}
         r, w = os.pipe()
+        # Not waited for: the user's code may start before the reaper is up. That is safe: what it starts
+        # carries the token from now on, and a reaper that comes up after the end still finds the byte (or
+        # EOF) on its stdin and kills them. Waiting cost each host 30-90 ms (bench/NOTES.md). Its stdout
+        # and stderr are not the log pump's pipe, which the reaper would otherwise hold open.
         proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", _REAPER, f"{HOST_TOKEN_ENV}={token}", str(os.getpid())],
-            stdin=r, env=env, start_new_session=True, close_fds=True,
+            [sys.executable, "-I", "-S", "-c", _REAPER, f"{HOST_TOKEN_ENV}={token}", str(os.getpid()), str(start_ticks(os.getpid()))],
+            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True,
         )
         os.close(r)
-        proc.wait()  # the first fork returns at once; the daemon keeps the pipe's read end
+        threading.Thread(target=proc.wait, daemon=True, name="fray-reaper-start").start()  # the first fork exits at once
         self._w = w
         self.token = token
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
@@ -354,8 +359,18 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
         raise CommandFailedError(f"exit code {rc} on {where}; last output:\n{tail}", exit_code=rc)
 
 
+def host_payload(entrypoint: Any) -> tuple[Any, ...]:
+    """What a host needs of an :class:`~fray_core.types.Entrypoint`, as plain values, so that unpickling
+    it on the host imports only what the user's code needs (``fray_core.types`` costs a host ~27 ms of
+    CPU): ``("call", fn, args, kwargs)`` or ``("run", command)``."""
+    if entrypoint.binary is not None:
+        return ("run", list(entrypoint.command))
+    return ("call", entrypoint.callable, tuple(entrypoint.positional), dict(entrypoint.function_args or {}))
+
+
 def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, config: HostConfig) -> Any:
-    """The body of a host task: returns the callable's value (``None`` for a binary that exits 0)."""
+    """The body of a host task: returns the callable's value (``None`` for a binary that exits 0).
+    ``entry_bytes``: :func:`host_payload`, pickled."""
     for p in reversed(config.sys_path):
         if p not in sys.path and os.path.isdir(p):
             sys.path.insert(0, p)
@@ -370,19 +385,19 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     try:
         if is_tpu and config.clean_lockfile:
             _check_device(lockfile, where)
-        entrypoint = cloudpickle.loads(entry_bytes)
+        payload = cloudpickle.loads(entry_bytes)
         if config.supervisor is not None:
             import ray
 
             me = HostProcess(ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token)
             config.supervisor.host_started.remote(tag, me)
         try:
-            if entrypoint.binary is not None:
-                _run_binary(entrypoint.command, where, pump)
+            if payload[0] == "run":
+                _run_binary(payload[1], where, pump)
                 return None
-            args, kwargs = entrypoint.positional, dict(entrypoint.function_args or {})
+            _, fn, args, kwargs = payload
             try:
-                return entrypoint.callable(*args, **kwargs)
+                return fn(*args, **kwargs)
             except SystemExit as e:  # sys.exit() in the user's function (or on SIGTERM): its exit code decides
                 if e.code is None or e.code == 0:
                     return None

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import cloudpickle
@@ -39,7 +39,7 @@ from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, su
 from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
 from fray_ray.provider import QUEUE_TTL
-from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, JobSupervisor, supervisor_name
+from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, supervisor_name
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
@@ -54,7 +54,7 @@ HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take t
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 
-_Supervisor = ray.remote(JobSupervisor)
+_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS})(JobSupervisor)  # not settable in .options()
 
 
 class RayCluster(Cluster):
@@ -133,6 +133,7 @@ class RayCluster(Cluster):
         self._standby: tuple[str, Any, float] | None = None
         self._standby_lock = threading.Lock()
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
+        self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -158,7 +159,11 @@ class RayCluster(Cluster):
     def launch(self, request: JobRequest) -> JobId:
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch: expected a JobRequest, got {request!r}")
-        check_picklable(request)
+        try:
+            request_bytes = cloudpickle.dumps(request)  # once: pickling a script's function by value takes ms
+        except Exception:
+            check_picklable(request)  # names the entrypoint when it is what cannot be pickled
+            raise
         if isinstance(request.resources.device, TpuConfig) and not request.resources.preemptible and self.non_preemptible_tpu_label is None:
             raise ValueError(
                 f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but this Ray cluster has no "
@@ -182,7 +187,7 @@ class RayCluster(Cluster):
             "quarantine": self.quarantine,
             "queue_ttl": self.queue_ttl,
         }
-        job = (job_id, cloudpickle.dumps(request), settings)
+        job = (job_id, request_bytes, settings)
         with self._standby_lock:  # launch may be called from several threads
             standby, self._standby = self._standby, None
         if not (standby is not None and self._hand_over(standby, info, job)):
@@ -214,7 +219,13 @@ class RayCluster(Cluster):
                 return
             name = supervisor_name()
             try:
-                self._standby = (name, self._supervisor_options(name).remote(name), time.monotonic())
+                warm = {
+                    "jobs_dir": self.store.root,
+                    "namespace": self.namespace,
+                    "non_preemptible_resource": self.non_preemptible_resource,
+                    "quarantine": self.quarantine,
+                }
+                self._standby = (name, self._supervisor_options(name).remote(name, warm=warm), time.monotonic())
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
 
@@ -258,6 +269,37 @@ class RayCluster(Cluster):
                 pass  # it expired or the cluster is gone
 
     # ------------------------------------------------------------------------------------------ poll
+
+    def _block(self, job_ids: Sequence[str], timeout: float) -> None:
+        """``wait``'s pause between looks at the records: until one of the jobs' supervisors says its job
+        ended, or ``timeout``. Without a live supervisor to ask (gone, or not started yet), a short sleep."""
+        refs = []
+        for job_id in job_ids:
+            actor = self._waitable.get(job_id)
+            if actor is None:
+                try:
+                    actor = self._supervisor(job_id)
+                except Exception:  # the record is unreadable: poll says so
+                    actor = None
+                if actor is None:
+                    continue
+                if len(self._waitable) >= 256:
+                    self._waitable.clear()
+                self._waitable[job_id] = actor
+            try:
+                refs.append(actor.wait_ended.remote(timeout))
+            except Exception:
+                self._waitable.pop(job_id, None)
+        if not refs:
+            time.sleep(min(timeout, 0.1))
+            return
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout + 1.0, fetch_local=True)
+        try:
+            if ready:
+                ray.get(ready[0], timeout=0)
+        except Exception:  # its supervisor is gone: poll decides what that means; do not spin meanwhile
+            self._waitable.clear()
+            time.sleep(min(timeout, 0.1))
 
     def _supervisor(self, job_id: str, record: dict[str, Any] | None = None) -> Any | None:
         """The job's supervisor actor (named in its record), ``None`` when it is gone."""

@@ -30,6 +30,7 @@ to the host's node (the host said where it runs when it reported in; see ``fray_
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import re
 import signal
@@ -51,7 +52,7 @@ from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
 from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
-from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, run_host, signal_host
+from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, host_payload, run_host, signal_host
 from fray_ray.scheduler import SchedulerClient, job_label
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
@@ -79,7 +80,9 @@ INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in th
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
-RELEASE_TIMEOUT = 5.0  # seconds ``release`` waits for the nodes to have the released resources back
+RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to have its released resources back
+TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
+TRANSIT_STEP = 0.05
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
 _HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placement group (see _acquire_tpu)
 
@@ -147,9 +150,10 @@ class RaySliceProvider:
         namespace: str = "fray",
         quarantine: tuple[int, float, float] = (2, 3600.0, 1800.0),
         queue_ttl: float = QUEUE_TTL,
+        scheduler: SchedulerClient | None = None,
     ) -> None:
         self.job_id = job_id
-        self.scheduler = SchedulerClient(namespace, non_preemptible_resource, quarantine)
+        self.scheduler = scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
         self.queue_ttl = queue_ttl
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
@@ -157,6 +161,7 @@ class RaySliceProvider:
         self.non_preemptible_resource = non_preemptible_resource
         self.autoscaling = autoscaling
         self._entry: tuple[tuple[int, str], Any] | None = None
+        self._entry_bytes: tuple[int, concurrent.futures.Future[bytes]] | None = None
         self._max_slices_seen: dict[str, int] = {}
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
         self._lock = threading.Lock()
@@ -164,10 +169,13 @@ class RaySliceProvider:
         self._reported_in: dict[str, HostProcess | None] = {}  # the hosts whose process has started, by tag
         self._job_label: dict[str, str] = {}  # the node label the job's TPU slices must carry
         self._last_health = 0.0
+        self._released: set[str] = set()  # ids of the groups this job released, until its next acquire saw them gone
+        self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
 
     # ------------------------------------------------------------------------------------- acquire
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
+        self._await_released()
         if isinstance(resources.device, TpuConfig):
             self._job_label = self._tpu_label(resources)
             return self._acquire_tpu(resources.device, counts, deadline, self._job_label)
@@ -238,25 +246,39 @@ class RaySliceProvider:
 
     def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
-        alive, free, holders = self._view(spec.name, label)
-        total = len(alive)
-        seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
-        if min(counts) > seen and not self.autoscaling:
-            raise Unschedulable(
-                f"asked: {asked} x {kind}; the Ray cluster has {seen} slice(s) of {kind} in all "
-                "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
-                permanent=True,
-            )
-        admitted = self._admit(spec.name, kind, counts, label, alive, free, holders)
-        if isinstance(admitted, Unschedulable):
-            self._sleep_until(deadline)
-            raise admitted
+        while True:
+            alive, free, holders = self._view(spec.name, label)
+            total = len(alive)
+            seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
+            if min(counts) > seen and not self.autoscaling:
+                raise Unschedulable(
+                    f"asked: {asked} x {kind}; the Ray cluster has {seen} slice(s) of {kind} in all "
+                    "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
+                    permanent=True,
+                )
+            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders)
+            if not isinstance(admitted, Unschedulable):
+                break
+            if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
+                self._sleep_until(deadline)
+                raise admitted
+            time.sleep(TRANSIT_STEP)
         count, exclude = admitted
         leases = self._claim(spec.name, count, deadline, label, exclude, len(free), total)
-        self.scheduler.call("claimed", self.job_id)
+        self.scheduler.notify("claimed", self.job_id)
         return leases
+
+    def _in_transit(self, alive: list[str], free: list[str], holders: dict[str, str]) -> bool:
+        """A slice is busy but no job holds it, first seen so less than ``TRANSIT_S`` ago: most likely a
+        job that just ended removed its groups and Ray's view has not caught up (it lags by up to ~0.1 s),
+        so looking again in ``TRANSIT_STEP`` beats sleeping out the round. A slice busy for another reason
+        (work outside fray) gets those quick looks for ``TRANSIT_S`` only."""
+        now = time.monotonic()
+        busy = set(alive) - set(free) - set(holders)
+        self._transit = {name: self._transit.get(name, now) for name in busy}
+        return any(now - first < TRANSIT_S for first in self._transit.values())
 
     def _claim(
         self, tpu_type: str, count: int, deadline: float, label: dict[str, str], exclude: list[str], free: int, total: int
@@ -375,13 +397,20 @@ class RaySliceProvider:
         time.sleep(max(0.0, min(deadline - time.monotonic(), 1.0)))
 
     def release(self, leases: list[SliceLease]) -> None:
-        """Remove the leases' placement groups and wait (at most ``RELEASE_TIMEOUT``) until their nodes
-        have the resources back: Ray returns them asynchronously, and the next attempt of an elastic job
-        that grows must see the slices it held as free, not take fewer."""
+        """Remove the leases' placement groups: a GCS call of ~2 ms, and nothing waited for, so the job's
+        end is recorded at once. Ray gives the resources back to the nodes asynchronously (27-104 ms
+        measured); this job's next ``acquire`` waits for that (:meth:`_await_released`), another job's
+        looks again shortly (:meth:`_in_transit`)."""
         removed = [lease.handle[0] for lease in leases if lease.handle is not None and not lease.handle[0].removed]
         for res in removed:
             res.remove()
-        pending = {pg.id.hex() for res in removed for pg in res.groups}
+        self._released.update(pg.id.hex() for res in removed for pg in res.groups)
+
+    def _await_released(self) -> None:
+        """Before this job claims again (a retry, an elastic resize): wait, at most ``RELEASE_TIMEOUT``,
+        until the nodes have the resources of the groups it released back, so a job that grows sees the
+        slices it held as free instead of taking fewer."""
+        pending, self._released = self._released, set()
         end = time.monotonic() + RELEASE_TIMEOUT
         while pending:
             # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``
@@ -389,7 +418,7 @@ class RaySliceProvider:
             pending &= present
             if not pending or time.monotonic() >= end:
                 return
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     def close(self) -> None:
         """The job ended: drop a gang reservation still pending, and leave the scheduler's queue at once
@@ -402,6 +431,20 @@ class RaySliceProvider:
 
     # --------------------------------------------------------------------------------------- start
 
+    def prepare_entry(self, entrypoint: Entrypoint) -> None:
+        """Pickle ``entrypoint`` in the background (the slices are being reserved meanwhile); ``start``
+        uses the bytes. A function defined in a script is pickled by value, which takes milliseconds."""
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+
+        def pickle() -> None:
+            try:
+                future.set_result(cloudpickle.dumps(host_payload(entrypoint)))
+            except BaseException as e:  # start() raises it: a host start that failed
+                future.set_exception(e)
+
+        self._entry_bytes = (id(entrypoint), future)
+        threading.Thread(target=pickle, daemon=True, name="fray-pickle-entrypoint").start()
+
     def _entry_arg(self, entrypoint: Entrypoint, attempt: str) -> Any:
         """The pickled entrypoint as a host task argument, once per attempt.
 
@@ -412,7 +455,8 @@ class RaySliceProvider:
         """
         key = (id(entrypoint), attempt)
         if self._entry is None or self._entry[0] != key:
-            data = cloudpickle.dumps(entrypoint)
+            pre = self._entry_bytes
+            data = pre[1].result() if pre is not None and pre[0] == id(entrypoint) else cloudpickle.dumps(host_payload(entrypoint))
             self._entry = (key, data if len(data) <= INLINE_ENTRY_LIMIT else ray.put(data))
         return self._entry[1]
 

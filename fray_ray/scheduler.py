@@ -172,3 +172,13 @@ class SchedulerClient:
             except rex.GetTimeoutError:
                 return None
         return None
+
+    def notify(self, method: str, *args: Any) -> None:
+        """Send a call and go on without its answer (``claimed``: nothing waits for it, and the job's next
+        ``acquire`` is seconds later at the earliest). Lost if the actor is dead; the entry then expires."""
+        try:
+            if self._actor is None:
+                self._actor = self._connect()
+            getattr(self._actor, method).remote(*args)
+        except Exception:
+            self._actor = None

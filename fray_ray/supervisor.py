@@ -16,24 +16,45 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cloudpickle
 import ray
 
-from fray_core.records import JobStore
-from fray_core.runner import GangRunner, RetryPolicy
-from fray_core.types import JobInfo, JobRequest, JobStatus
-from fray_local.provider import LogSink
-from fray_ray._host import HostConfig, HostProcess
-from fray_ray.provider import QUEUE_TTL, RaySliceProvider
+# Only ray and the standard library at import: every process that unpickles a handle of this actor (each
+# host task gets one, to report in and send its log) imports this module to load the class, and the
+# runner, the job store and the provider below cost a host ~70 ms of CPU at start-up (bench/NOTES.md).
+# The supervisor imports them when it starts its job, or while it waits as a warm standby.
+if TYPE_CHECKING:
+    from fray_core.records import JobStore
+    from fray_core.runner import GangRunner
+    from fray_core.types import JobInfo
+    from fray_ray._host import HostProcess
+    from fray_ray.scheduler import SchedulerClient
 
-__all__ = ["JobSupervisor", "supervisor_name"]
+
+def _import_job_modules() -> None:
+    """Import what starting a job needs (see the note at this module's imports)."""
+    import fray_core.records  # noqa: F401
+    import fray_core.runner  # noqa: F401
+    import fray_core.types  # noqa: F401
+    import fray_local.provider  # noqa: F401
+    import fray_ray.provider  # noqa: F401
+
+
+def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
+    """What a scheduler client depends on, from a job's (or a warm-up's) settings."""
+    return (settings["namespace"], settings["non_preemptible_resource"], tuple(settings["quarantine"]))
+
+__all__ = ["JobSupervisor", "WAIT_GROUP", "WAIT_THREADS", "supervisor_name"]
 
 LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
 
 
 STANDBY_IDLE_TIMEOUT = 600.0  # seconds a warm supervisor waits for a job before it removes itself
+WAIT_GROUP = "wait"  # the actor's concurrency group of ``wait_ended`` calls
+WAIT_THREADS = 16  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
+MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
+WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits for it before going on
 SUPERVISOR_PREFIX = "fray-supervisor-"
 
 
@@ -47,7 +68,11 @@ class JobSupervisor:
     served concurrently with the running job (a threaded actor)."""
 
     def __init__(
-        self, name: str, idle_timeout: float = STANDBY_IDLE_TIMEOUT, job: tuple[str, bytes, dict[str, Any]] | None = None
+        self,
+        name: str,
+        idle_timeout: float = STANDBY_IDLE_TIMEOUT,
+        job: tuple[str, bytes, dict[str, Any]] | None = None,
+        warm: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.job_id: str | None = None
@@ -55,10 +80,32 @@ class JobSupervisor:
         self._claim = threading.Lock()
         self._claimed = False
         self._stop_requested = threading.Event()
+        self._ended = threading.Event()  # set once the job's final record is written
+        self._warming: threading.Thread | None = None
         if job is not None:  # a cold start: the job rides on the actor's creation, which Ray delivers
             self.start(*job)  # even when the launching process exits at once
         else:
             threading.Thread(target=self._expire, args=(idle_timeout,), daemon=True, name="fray-standby-expiry").start()
+            if warm is not None:
+                self._warming = threading.Thread(target=self._warm_up, args=(warm,), daemon=True, name="fray-standby-warm-up")
+                self._warming.start()
+
+    def _warm_up(self, warm: dict[str, Any]) -> None:
+        """While idle, do what every job's start needs first, off its critical path (measured: ~20 ms per
+        job): the job store (its first use imports fsspec) and the connection to the namespace's scheduler
+        actor (created here if it does not exist yet). ``warm``: the launching cluster's ``jobs_dir``,
+        ``namespace``, ``non_preemptible_resource`` and ``quarantine``; a job with other settings makes its own."""
+        try:
+            from fray_core.records import JobStore
+            from fray_ray.scheduler import SchedulerClient
+
+            _import_job_modules()
+            self._warm_store = JobStore(warm["jobs_dir"])
+            scheduler = SchedulerClient(warm["namespace"], warm["non_preemptible_resource"], warm["quarantine"])
+            scheduler.call("state")
+            self._warm_scheduler = (scheduler_key(warm), scheduler)
+        except Exception:
+            pass  # the job does it itself
 
     def _expire(self, idle_timeout: float) -> None:
         time.sleep(idle_timeout)
@@ -81,11 +128,23 @@ class JobSupervisor:
 
     def _begin(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> None:
         """Load the request (this imports the user's modules) and run the job."""
+        if self._warming is not None:  # a job that came during the warm-up: finish it rather than do it twice
+            self._warming.join(WARM_UP_JOIN)
+        import cloudpickle
+
+        from fray_core.records import JobStore
+        from fray_core.runner import GangRunner, RetryPolicy
+        from fray_core.types import JobInfo, JobRequest, JobStatus
+        from fray_local.provider import LogSink
+        from fray_ray._host import HostConfig
+        from fray_ray.provider import QUEUE_TTL, RaySliceProvider
+
         for p in reversed(settings["sys_path"]):
             if p not in sys.path and os.path.isdir(p):
                 sys.path.insert(0, p)
         self.settings = settings
-        self.store = JobStore(settings["jobs_dir"])
+        warm_store: JobStore | None = getattr(self, "_warm_store", None)
+        self.store = warm_store if warm_store is not None and warm_store.root == settings["jobs_dir"] else JobStore(settings["jobs_dir"])
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         self._log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
         self.log = LogSink(self._log_path)
@@ -123,7 +182,9 @@ class JobSupervisor:
             namespace=settings["namespace"],
             quarantine=settings.get("quarantine", (2, 3600.0, 1800.0)),
             queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
+            scheduler=self._scheduler_for(settings),
         )
+        self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         info = JobInfo.from_json(self.store.read(job_id))
         self.runner = GangRunner(
             job_id, request, self.provider, policy=settings["policy"] or RetryPolicy(), on_change=self._persist, info=info
@@ -134,11 +195,21 @@ class JobSupervisor:
             threading.Thread(target=self._upload_loop, daemon=True).start()
         self._run()
 
+    def _scheduler_for(self, settings: dict[str, Any]) -> SchedulerClient | None:
+        """The scheduler client the warm-up connected, if it was made for these settings."""
+        warm = getattr(self, "_warm_scheduler", None)
+        key = scheduler_key({"quarantine": (2, 3600.0, 1800.0), **settings})
+        return warm[1] if warm is not None and warm[0] == key else None
+
     def _persist(self, info: JobInfo) -> None:
         # The store writes a SUCCEEDED job's results first (atomically), then the record.
         self.store.write(info, owner={"ray_actor": self.name, "namespace": self.settings["namespace"]})
+        if info.status.is_terminal():
+            self._ended.set()
 
     def _run(self) -> None:
+        from fray_core.types import JobStatus
+
         try:
             self.runner.run()
         except BaseException as e:  # a bug here must not leave the job RUNNING forever
@@ -187,6 +258,13 @@ class JobSupervisor:
     def append_log(self, tag: str, lines: list[str]) -> None:
         for line in lines:
             self.log.write(tag, line)
+
+    @ray.method(concurrency_group=WAIT_GROUP)
+    def wait_ended(self, timeout: float) -> bool:
+        """Block until the job's final record is written (True) or ``timeout`` seconds (at most
+        ``MAX_WAIT_CALL``) pass (False): how a client's ``wait`` learns of the end without polling. Served
+        by threads of their own, so waiting clients never hold up ``stop`` or the hosts' reports."""
+        return self._ended.wait(max(0.0, min(timeout, MAX_WAIT_CALL)))
 
     def ping(self) -> str:
         return self.job_id

@@ -105,3 +105,58 @@ def test_preemptible_false_on_tpu_fails_at_launch_unless_the_cluster_names_its_c
     )
     info = labelled.wait(labelled.launch(on_demand), timeout=120)
     assert info.status == JobStatus.SUCCEEDED, info.error
+
+
+# Built from source text so that cloudpickle ships it by value: a function of this test module would make
+# the host import the module, and with it fray_core's types, which is what this test looks for.
+_ns: dict[str, Any] = {"__name__": "fray_test_dynamic"}
+exec(
+    "def loaded_modules():\n"
+    "    import sys\n"
+    "    return sorted(m for m in sys.modules if m.split('.')[0] in ('fray_core', 'fray_local', 'fray_ray'))\n",
+    _ns,
+)
+loaded_modules = _ns["loaded_modules"]
+
+
+def test_a_host_imports_none_of_the_supervisors_machinery(ray_tpu_cluster: Any) -> None:
+    """Every host of every attempt starts in a fresh worker, and what it imports before the user's function
+    runs is on the critical path of every gang launch. The supervisor's handle (hosts report in through it)
+    once made each host import the runner, the job store, the provider and the types: ~100 ms of CPU per
+    host on 2 cores (bench/NOTES.md)."""
+    cluster = ray_tpu_cluster.cluster
+    info = cluster.wait(cluster.launch(request(loaded_modules)), timeout=120, raise_on_failure=True)
+    heavy = {"fray_core.runner", "fray_core.records", "fray_core.types", "fray_core.fleet", "fray_ray.provider", "fray_local.provider"}
+    for modules in info.result:
+        assert "fray_ray._host" in modules  # it is the host's code
+        assert not heavy & set(modules), modules
+
+
+def sleep_for(seconds: float) -> str:
+    time.sleep(seconds)
+    return os.environ["TPU_NAME"]
+
+
+def test_wait_learns_of_the_end_from_the_supervisor_not_by_polling(ray_tpu_cluster: Any) -> None:
+    """``wait`` blocks on the job's supervisor (a call that returns when the final record is written) instead
+    of reading the record every 0.1 s: fewer than 2 looks per second of waiting."""
+    cluster = ray_tpu_cluster.cluster
+    job_id = cluster.launch(request(sleep_for, seconds=3.0))
+    looks = 0
+    poll = cluster.poll
+
+    def counting(j: Any) -> Any:
+        nonlocal looks
+        looks += 1
+        return poll(j)
+
+    cluster.poll = counting
+    try:
+        t0 = time.monotonic()
+        info = cluster.wait(job_id, timeout=120)
+        waited = time.monotonic() - t0
+    finally:
+        del cluster.poll
+    assert info.status is JobStatus.SUCCEEDED
+    assert waited >= 3.0
+    assert looks <= 2 * waited + 2, (looks, waited)

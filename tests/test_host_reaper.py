@@ -1,0 +1,49 @@
+"""The Ray host's reaper (``fray_ray._host._Reaper``), without Ray: a host task does not wait for its
+reaper to come up (that cost every host 30-90 ms before the user's code), so the reaper must still kill
+what the host started when the host's worker is gone before the reaper even ran."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import wait_for
+
+from fray_core.records import pid_alive
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The "worker": starts its reaper, starts a child that carries the host's token (any process the user's code
+# starts does), prints the child's pid and dies at once, the way a cancelled or preempted worker does.
+WORKER = r"""
+import os, subprocess, sys
+from fray_ray._host import _Reaper
+reaper = _Reaper()
+child = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(child.pid, flush=True)
+os._exit(0 if "ray" not in sys.modules else 3)
+"""
+
+
+def run_worker_and_expect_its_child_killed(script: str) -> None:
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr  # 3: importing the host module imported ray
+    child = int(out.stdout.split()[0])
+    try:
+        wait_for(lambda: not pid_alive(child), timeout=20, what=f"the host's child {child} to be killed by the reaper")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_what_a_host_started_is_killed_when_its_worker_dies_before_the_reaper_is_up() -> None:
+    run_worker_and_expect_its_child_killed(WORKER)
+
+
+def test_a_host_that_ends_normally_has_its_children_killed() -> None:
+    run_worker_and_expect_its_child_killed(WORKER.replace("os._exit(0 if", "reaper.finish()\nos._exit(0 if"))
