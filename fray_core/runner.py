@@ -368,27 +368,30 @@ class GangRunner:
 
         ``schedule_timeout`` counts only time during which capacity is missing: while the provider says
         the capacity exists but other jobs hold it (``Unschedulable.held``), the job waits as long as it
-        takes, PENDING, with ``pending_reason`` kept current."""
-        final = self.clock() + self.policy.schedule_timeout
+        takes, PENDING, with ``pending_reason`` kept current. The rounds that found capacity missing add
+        up, whatever came between them: rounds that alternate between held and missing (a slice that
+        keeps looking free and failing) still end the attempt."""
+        missing = 0.0  # seconds of rounds that found capacity missing, this attempt
         held = False
         while True:
             if self.stopped:
                 return None
-            next_round = self.clock() + self.policy.poll_interval
-            round_deadline = next_round if held else min(final, next_round)
+            began = self.clock()
+            next_round = began + self.policy.poll_interval
+            round_deadline = next_round if held else min(began + self.policy.schedule_timeout - missing, next_round)
             try:
                 leases = self.provider.acquire(res, counts, round_deadline)
             except Unschedulable as e:
                 if e.permanent:
                     raise
                 held = bool(getattr(e, "held", False))  # a provider that cannot tell: capacity is missing
-                if held:
-                    final = self.clock() + self.policy.schedule_timeout
+                if not held:
+                    missing += self.clock() - began
                 reason = getattr(e, "reason", None) or f"waiting for capacity: {e}"
                 if reason != self.info.pending_reason:
                     self.info.pending_reason = reason
                     self._changed()
-                if not held and self.clock() >= final:
+                if not held and missing >= self.policy.schedule_timeout:
                     raise
                 continue
             self.info.pending_reason = None

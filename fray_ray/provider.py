@@ -53,7 +53,7 @@ from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
 from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, host_payload, run_host, signal_host
-from fray_ray.scheduler import SchedulerClient, job_label
+from fray_ray.scheduler import SchedulerClient, job_label, missing_slices
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
 
@@ -191,16 +191,26 @@ class RaySliceProvider:
         return {key.strip(): value.strip()}
 
     @staticmethod
-    def _view(tpu_type: str, label: dict[str, str]) -> tuple[list[str], list[str], dict[str, str]]:
-        """The slices of this type (with ``label``) in the cluster: (alive, free (head not held), slice ->
-        the job holding it), from Ray's own state."""
+    def _view(tpu_type: str, label: dict[str, str]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+        """The slices of this type (with ``label``) in the cluster, from Ray's own state: (alive (every host
+        alive), free (head not held), slice -> the job holding it, incomplete (worker 0 alive, another
+        host not))."""
         spec = get_tpu_spec(tpu_type)
         want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
         heads = {}
+        workers: dict[str, set[str]] = {}  # slice name -> the worker ids of its live hosts
         for nid, n in _node_table().items():
             labels = n.get("Labels") or {}
-            if want.items() <= labels.items() and labels.get(SLICE_NAME_LABEL):
-                heads[nid] = labels[SLICE_NAME_LABEL]
+            name = labels.get(SLICE_NAME_LABEL)
+            if name and labels.get(POD_TYPE_LABEL) == spec.name:
+                workers.setdefault(name, set()).add(labels.get(WORKER_ID_LABEL, ""))
+                if want.items() <= labels.items():
+                    heads[nid] = name
+        # a slice with a host down is no capacity: its host group could never be placed, and a job that
+        # kept claiming its head would wait on it forever
+        every_host = {str(h) for h in range(spec.hosts)}
+        incomplete = sorted(n for n, ids in workers.items() if not ids >= every_host and (not label or n in heads.values()))
+        heads = {nid: name for nid, name in heads.items() if workers[name] >= every_host}
         avail = available_resources_per_node()
         free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
         holders = {}
@@ -211,19 +221,29 @@ class RaySliceProvider:
                 name = heads.get(nodes.get(0, ""))
                 if name:
                     holders[name] = job_label(m.group(1))
-        return sorted(heads.values()), sorted(free), holders
+        return sorted(heads.values()), sorted(free), holders, incomplete
 
-    def _admit(self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], alive: list[str], free: list[str], holders: dict[str, str]) -> tuple[int, list[str]] | Unschedulable:
+    def _admit(
+        self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], alive: list[str], free: list[str], holders: dict[str, str], incomplete: list[str]
+    ) -> tuple[int, list[str]] | Unschedulable:
         """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
         now and the slices not to take, or why the job waits."""
-        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl)
+        pool = self._pool(spec_name, label)
+        answer = self.scheduler.call("acquire", self.job_id, pool, spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete)
         message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]
             if fitting:
                 return fitting[0], []
             held, reason = pending_reason(
-                spec_name, min(counts), up=len(alive), free=len(free), busy=len(alive) - len(free), holders=holders.values(), where="cluster"
+                spec_name,
+                min(counts),
+                up=len(alive),
+                free=len(free),
+                busy=len(alive) - len(free),
+                holders=holders.values(),
+                missing=missing_slices(len(alive), self._max_slices_seen.get(spec_name, 0), incomplete),
+                where="cluster",
             )
             return Unschedulable(message, held=held, reason=reason)
         if "count" in answer:
@@ -235,7 +255,7 @@ class RaySliceProvider:
         quarantined, not reserved for an older queued job): how an elastic job knows it could grow (see
         ``SliceProvider``). Without a scheduler's answer: the free slices."""
         spec = get_tpu_spec(tpu_type)
-        _, free, _ = self._view(spec.name, self._job_label)
+        _, free, _, _ = self._view(spec.name, self._job_label)
         answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free)
         return len(free) if answer is None else int(answer)
 
@@ -249,8 +269,8 @@ class RaySliceProvider:
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
         while True:
-            alive, free, holders = self._view(spec.name, label)
-            total = len(alive)
+            alive, free, holders, incomplete = self._view(spec.name, label)
+            total = len(alive) + len(incomplete)  # a slice with a host down still exists: it may come back whole
             seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
             if min(counts) > seen and not self.autoscaling:
                 raise Unschedulable(
@@ -258,7 +278,7 @@ class RaySliceProvider:
                     "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                     permanent=True,
                 )
-            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders)
+            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders, incomplete)
             if not isinstance(admitted, Unschedulable):
                 break
             if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
@@ -329,6 +349,7 @@ class RaySliceProvider:
                 raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
         except BaseException:
             _Reservation(groups).remove()
+            self._released.update(pg.id.hex() for pg in groups)  # the next round sees our heads free again
             raise
         nodes = _node_table()
         leases = []

@@ -29,7 +29,7 @@ import ray.exceptions as rex
 
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 
-__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerClient", "job_label"]
+__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerClient", "job_label", "missing_slices"]
 
 SCHEDULER_NAME = "fray-scheduler"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
@@ -40,6 +40,18 @@ _JOB_ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{6}$")
 def job_label(job_id: str) -> str:
     """A job's name as its id shows it (``train-a-20261123-094501-3fa2c1`` -> ``train-a``)."""
     return _JOB_ID_TAIL.sub("", job_id) or job_id
+
+
+def missing_slices(alive: int, seen: int, incomplete: Sequence[str] = ()) -> list[str]:
+    """What a pending reason says is missing: slices with a host down (named), and the rest of the most
+    ever seen, lost.
+
+    >>> missing_slices(1, 3, ["fake-v4-16-2"])
+    ['1 with a host down: fake-v4-16-2', '1 lost, restoring']
+    """
+    out = [f"{len(incomplete)} with a host down: {', '.join(incomplete)}"] if incomplete else []
+    lost = seen - alive - len(incomplete)
+    return out + [f"{lost} lost, restoring"] if lost > 0 else out
 
 
 class Scheduler:
@@ -60,13 +72,15 @@ class Scheduler:
         free: Sequence[str],
         holders: dict[str, str],
         ttl: float,
+        incomplete: Sequence[str] = (),
     ) -> dict[str, Any]:
         """May ``job_id`` claim slices of ``pool`` now? ``counts`` largest first; ``alive``: the pool's
-        slices in the cluster; ``free``: those whose head is free; ``holders``: slice name -> the job
-        (name) holding it. Returns ``{"count": c, "exclude": [names]}`` (claim ``c`` slices, none of the
-        quarantined ``exclude``) or ``{"held": bool, "reason": str}``."""
+        slices in the cluster with every host up; ``free``: those whose head is free; ``holders``: slice
+        name -> the job (name) holding it; ``incomplete``: slices with a host down (no capacity). Returns
+        ``{"count": c, "exclude": [names]}`` (claim ``c`` slices, none of the quarantined ``exclude``) or
+        ``{"held": bool, "reason": str}``."""
         now = time.monotonic()
-        seen = self._seen[pool] = max(self._seen.get(pool, 0), len(alive))
+        seen = self._seen[pool] = max(self._seen.get(pool, 0), len(alive) + len(incomplete))
         quarantined = [n for n in self._quarantine.active(now) if n in set(alive)]
         usable = [n for n in free if n not in quarantined]
         queue = self._queues.get(pool)
@@ -86,7 +100,7 @@ class Scheduler:
             holders=[holders[n] for n in alive if n in holders],
             place=queue.place(job_id, now),
             quarantined=[self._quarantine.reason(n) for n in quarantined],
-            missing=[f"{seen - len(alive)} lost, restoring"] if seen > len(alive) else [],
+            missing=missing_slices(len(alive), seen, incomplete),
             where="cluster",
         )
         return {"held": held, "reason": reason}

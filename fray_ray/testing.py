@@ -20,7 +20,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import shutil
+import socket
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +41,38 @@ __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLI
 FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0, host_start_timeout=60.0)
 
 _GIB = 1024**3
+
+# The ports a node's raylet and agents listen on, chosen here and never used twice in one process. Left to
+# the kernel, a new node can get the port of a node removed minutes before; the head's gRPC channel to that
+# address is then still backing off after its failed reconnects, so every health check of the new node fails
+# at once and the head declares it dead within seconds ("mistakenly been marked as dead", seen in CI after a
+# restore): a slice with a host missing, forever. Real hosts have their own addresses.
+_PORTS_PER_NODE = ("node_manager_port", "object_manager_port", "metrics_agent_port", "metrics_export_port", "runtime_env_agent_port")
+_PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999), which the kernel hands out itself
+_used_ports: set[int] = set()
+_port_lock = threading.Lock()
+_next_port = itertools.count(random.randrange(*_PORT_RANGE))
+
+
+def _fresh_port() -> int:
+    """A port no node of this process has had, free now (a bind succeeds)."""
+    with _port_lock:
+        for _ in range(_PORT_RANGE[1] - _PORT_RANGE[0]):
+            port = _PORT_RANGE[0] + (next(_next_port) - _PORT_RANGE[0]) % (_PORT_RANGE[1] - _PORT_RANGE[0])
+            if port in _used_ports:
+                continue
+            _used_ports.add(port)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("", port))
+                except OSError:
+                    continue  # someone else's
+            return port
+    raise RuntimeError(f"fake_tpu_cluster: no unused port left in {_PORT_RANGE}")
+
+
+def _fresh_ports() -> dict[str, int]:
+    return {key: _fresh_port() for key in _PORTS_PER_NODE}
 
 
 def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1, lockfile: str | None = None) -> dict[str, Any]:
@@ -78,7 +113,8 @@ def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int 
 @attrs.define(eq=False)
 class FakeTpuCluster:
     """What :func:`fake_tpu_cluster` yields: ``.cluster`` (a connected ``RayCluster``), ``.address``,
-    ``.preempt(slice_name, restore_after=0.0)``, ``.slices()`` (live slice names by type) and
+    ``.preempt(slice_name, restore_after=0.0)``, ``.kill_host(slice_name, host)``, ``.slices()`` (live
+    slice names by type), ``.wait_settled()`` and
     ``.lockfile(slice_name, host)`` (each emulated host has its own libtpu lockfile: a process holding it
     open makes that host's TPU device busy)."""
 
@@ -120,7 +156,7 @@ class FakeTpuCluster:
                 self.ray_cluster._shutdown_at_exit = main
                 try:
                     for w in range(spec.hosts):
-                        args = tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w))
+                        args = {**tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w)), **_fresh_ports()}
                         nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
                     self.ray_cluster._shutdown_at_exit = True
@@ -163,6 +199,8 @@ class FakeTpuCluster:
             nodes = self._nodes.pop(slice_name)
             tpu_type = self._types.pop(slice_name)
         for node in nodes:
+            if node.node_id in self._removed:
+                continue  # a host killed on its own (kill_host)
             self._removed.append(node.node_id)
             self.ray_cluster.remove_node(node, allow_graceful=False)
         if restore_after is None:
@@ -177,6 +215,63 @@ class FakeTpuCluster:
         self._threads.append(t)
         t.start()
 
+    def kill_host(self, slice_name: str, host: int) -> str:
+        """Remove one host of ``slice_name`` without grace, leaving the rest of the slice up (a VM that
+        died on its own); returns its node id. The slice is no capacity until :meth:`wait_settled`
+        replaces it."""
+        with self._lock:
+            if slice_name not in self._nodes:
+                raise KeyError(f"kill_host: no live slice named {slice_name!r}; live: {sorted(self._nodes)}")
+            node = self._nodes[slice_name][host]
+        self._removed.append(node.node_id)
+        self.ray_cluster.remove_node(node, allow_graceful=False)
+        return node.node_id
+
+    def cleanup(self, timeout: float = 120.0) -> list[str]:
+        """Leave the cluster as a fresh one: stop every job of ``.cluster``'s store that has not ended,
+        kill the supervisor of any other job (another jobs dir) that still holds placement groups, wait
+        until no ``fray-`` placement group is left, then :meth:`wait_settled`. Returns what it had to do,
+        one line each (empty: nothing was left behind); a test fixture fails the test on a non-empty answer.
+
+        >>> leftovers = fake.cleanup()  # doctest: +SKIP
+        """
+        import ray
+        from ray.util.placement_group import placement_group_table
+
+        done: list[str] = []
+        end = time.monotonic() + timeout
+        for info in self.cluster.list_jobs():
+            if not info.status.is_terminal() and info.status.value != "UNKNOWN":
+                done.append(f"job {info.job_id} was still {info.status.value}: terminated")
+                try:
+                    self.cluster.terminate(info.job_id)
+                except Exception as e:  # its supervisor is stuck: killed by terminate; the groups check decides
+                    done.append(f"  terminate {info.job_id}: {type(e).__name__}: {e}")
+
+        def groups() -> dict[str, str]:
+            return {pg["name"]: pg["state"] for pg in placement_group_table().values() if (pg.get("name") or "").startswith("fray-") and pg.get("state") != "REMOVED"}
+
+        left = groups()
+        if left:
+            done.append(f"placement groups not removed: {', '.join(f'{n} ({st})' for n, st in sorted(left.items()))}")
+            for name in ray.util.list_named_actors(all_namespaces=True):
+                if name["name"].startswith("fray-supervisor-"):
+                    try:
+                        actor = ray.get_actor(name["name"], namespace=name["namespace"])
+                        job = ray.get(actor.ping.remote(), timeout=10)
+                    except Exception:
+                        continue
+                    if job and any(n.startswith(f"fray-{job}-") for n in left):
+                        done.append(f"  killed the supervisor of {job}")
+                        ray.kill(actor, no_restart=True)
+        while groups():
+            if time.monotonic() >= end:
+                done.append(f"placement groups still there after {timeout:.0f} s: {', '.join(sorted(groups()))}")
+                break
+            time.sleep(0.2)
+        self.wait_settled(max(1.0, end - time.monotonic()))
+        return done
+
     def wait_restored(self, timeout: float = 120.0) -> None:
         """Block until every pending restore has added its slice (or ``timeout``)."""
         end = time.monotonic() + timeout
@@ -184,10 +279,14 @@ class FakeTpuCluster:
             t.join(max(0.0, end - time.monotonic()))
 
     def wait_settled(self, timeout: float = 120.0) -> None:
-        """Block until every restore is done and Ray reports every removed host dead.
+        """Block until every restore is done, Ray reports every removed host dead, and every live slice
+        has all of its hosts alive.
 
         A removed node looks alive to Ray for 12-15 s (ray-tpu-facts.md): work scheduled on it then dies
         the way preempted work does. Tests that must not see a preemption start from a settled cluster.
+        A host that died without being removed (its raylet declared dead under load) leaves a slice with
+        a host missing; that slice is replaced by a fresh one of its type (a new name), and said so on
+        stderr, so one bad instant of the machine does not spoil every later test of the session.
         """
         import ray
 
@@ -196,11 +295,18 @@ class FakeTpuCluster:
         while True:
             alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
             if not alive.intersection(self._removed):
-                return
+                break
             if time.monotonic() >= end:
                 raise TimeoutError(f"wait_settled: removed nodes still alive after {timeout}s")
             time.sleep(0.2)
-
+        with self._lock:
+            broken = [(name, self._types[name]) for name, nodes in self._nodes.items() if any(n.node_id not in alive for n in nodes)]
+        for name, tpu_type in broken:
+            print(f"fake_tpu_cluster: slice {name} lost a host it was not told to lose; replacing it", file=sys.stderr)
+            self.preempt(name, restore_after=None)
+            self.add_slice(tpu_type, tries=3)
+        if broken:
+            self.wait_settled(max(1.0, end - time.monotonic()))
 
 @contextlib.contextmanager
 def fake_tpu_cluster(

@@ -239,6 +239,41 @@ def test_waiting_for_held_slices_never_spends_budget(slices: int, want: int, hel
     provider.check()
 
 
+class _Flapping:
+    """A provider whose every acquire round ends in ``Unschedulable``, held or missing by ``pattern``
+    (cycled): a slice that keeps looking free and failing, between rounds where others hold it."""
+
+    def __init__(self, clock: FakeClock, pattern: list[bool]) -> None:
+        self.clock, self.pattern, self.rounds = clock, pattern, []
+
+    def acquire(self, resources: ResourceConfig, counts: list[int], deadline: float) -> list:
+        from fray_core.errors import Unschedulable
+
+        held = self.pattern[len(self.rounds) % len(self.pattern)]
+        start = self.clock()
+        self.clock.sleep(max(0.0, deadline - start))
+        self.rounds.append((held, self.clock() - start))
+        raise Unschedulable("flapping", held=held, reason="queued" if held else "waiting for capacity")
+
+    def release(self, leases: list) -> None:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(pattern=st.lists(st.booleans(), min_size=1, max_size=6).filter(lambda p: not all(p)), timeout=st.sampled_from([0.0, 2.5, 10.0]))
+def test_rounds_that_alternate_between_held_and_missing_still_end_the_attempt(pattern: list[bool], timeout: float) -> None:
+    """schedule_timeout is spent by the rounds that found capacity missing, added up: held rounds in
+    between pause it but never give it back, so no interleaving waits forever."""
+    clock = FakeClock(horizon=10_000.0)
+    provider = _Flapping(clock, pattern)
+    runner = runner_for(tpu_request("v4-16", preemptions=0), provider, clock, schedule_timeout=timeout)  # type: ignore[arg-type]
+    assert runner.run().status is JobStatus.FAILED
+    assert [a.outcome for a in runner.info.attempts] == [AttemptOutcome.UNSCHEDULABLE]
+    missing = sum(d for held, d in provider.rounds if not held)
+    assert timeout <= missing <= timeout + 1.0  # 1.0: the poll interval, one round at most
+    assert not provider.rounds[-1][0]  # it ended on a missing round
+
+
 # ------------------------------------------------------------------- the simulated fleet (real processes)
 
 import os  # noqa: E402

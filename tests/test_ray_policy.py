@@ -195,3 +195,26 @@ def test_a_queued_job_goes_on_when_the_scheduler_actor_dies(ray_tpu_cluster: Any
     gate2.touch()
     for job in (b1, b2):
         assert fake.cluster.wait(job, timeout=WAIT).status is JobStatus.SUCCEEDED
+
+
+def test_a_slice_with_a_host_down_is_no_capacity(ray_tpu_cluster: Any) -> None:
+    """A slice whose worker 0 is up but another host died is not a slice: a 1-slice job runs on the whole
+    one, and a 2-slice job waits for capacity (not in line behind nobody), which its schedule_timeout
+    bounds, instead of claiming the broken slice's head round after round."""
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    broken, whole = fake.slices()[TPU]
+    try:
+        dead = fake.kill_host(broken, 1)
+        wait_for(lambda: not any(n["NodeID"] == dead and n["Alive"] for n in ray.nodes()), timeout=WAIT, what="Ray to see the host dead")
+        one = fake.cluster.wait(fake.cluster.launch(request("one")), timeout=WAIT)
+        assert one.status is JobStatus.SUCCEEDED and one.result == [whole, whole], (one.error, one.result)
+        impatient = client(fake, retry_policy=attrs.evolve(FAST_RAY_POLICY, schedule_timeout=8.0))
+        two = impatient.launch(request("two", slices=2))
+        reason_of(impatient, two, rf"waiting for capacity: 1 of 2 x v4-16 exist \(1 with a host down: {broken}\)")
+        info = impatient.wait(two, timeout=WAIT)
+        assert info.status is JobStatus.FAILED and [a.outcome for a in info.attempts] == [AttemptOutcome.UNSCHEDULABLE], info.error
+        assert info.finished_at - info.submitted_at < 8.0 + 15.0  # the timeout, plus a round and the record
+    finally:
+        fake.wait_settled()  # replaces the broken slice
+    assert len(fake.slices()[TPU]) == 2 and broken not in fake.slices()[TPU]
