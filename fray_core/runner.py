@@ -21,7 +21,7 @@ import inspect
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import enum
@@ -183,6 +183,20 @@ def host_envs(
     Recomputed from the slices actually held, so a retry never sees a stale coordinator. An elastic job's
     hosts also get ``FRAY_ELASTIC=1`` and ``FRAY_ELASTIC_GRACE`` (seconds to checkpoint when stopped).
     """
+    return list(slice_envs(job_id, attempt, leases, tpu, user_env, megascale_port, elastic))
+
+
+def slice_envs(
+    job_id: str,
+    attempt: int,
+    leases: Sequence[SliceLease],
+    tpu: TpuConfig | None,
+    user_env: dict[str, str] | None = None,
+    megascale_port: int = MEGASCALE_DEFAULT_PORT,
+    elastic: ElasticConfig | None = None,
+) -> Iterator[list[dict[str, str]]]:
+    """:func:`host_envs`, one slice at a time: the runner starts each slice's hosts before the next
+    slice's envs exist, so an attempt over many slices never holds every host's env at once."""
     n_slices = len(leases)
     total = sum(lease.hosts for lease in leases)
     # Built per job, then per slice, then copied per host: this runs for every host of every attempt
@@ -202,7 +216,6 @@ def host_envs(
                 MEGASCALE_NUM_SLICES=str(n_slices),
                 MEGASCALE_PORT=str(megascale_port),
             )
-    out: list[list[dict[str, str]]] = []
     rank = 0
     for s, lease in enumerate(leases):
         slice_env = dict(job_env, FRAY_SLICE_ID=str(s), FRAY_HOSTS_PER_SLICE=str(lease.hosts))
@@ -219,8 +232,7 @@ def host_envs(
                 env["TPU_WORKER_ID"] = str(h)
             per_slice.append(env)
             rank += 1
-        out.append(per_slice)
-    return out
+        yield per_slice
 
 
 @attrs.define
@@ -422,12 +434,12 @@ class GangRunner:
             n_hosts = sum(lease.hosts for lease in leases)
             self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
-            envs = host_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
+            envs = slice_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
             try:
-                for s, lease in enumerate(leases):
+                for lease, env in zip(leases, envs):
                     if self.stopped:
                         break
-                    runs.extend(self.provider.start(lease, envs[s], self.request.entrypoint))
+                    runs.extend(self.provider.start(lease, env, self.request.entrypoint))
             except Exception as e:  # a host that cannot even start: infrastructure, retryable
                 self._cancel_and_drain(runs, set(runs))
                 return AttemptOutcome.PREEMPTED, f"host start failed: {format_exception(e)}", None

@@ -515,7 +515,7 @@ class InMemorySliceProvider:
         due: dict[float, list[RunRecord]] = {}
         for h, env in enumerate(env_per_host):
             plan = self._script_for(attempt, s, h)
-            host = RunRecord(rec, attempt, job_id, s, h, env, plan, now)
+            host = RunRecord(rec, attempt, job_id, s, h, env if self.record else None, plan, now)  # type: ignore[arg-type]
             run = HostRun(lease=lease, slice_index=s, host_index=h, handle=host)
             host.run = run
             new.append(host)
