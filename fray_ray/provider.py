@@ -70,6 +70,8 @@ PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
 
 #: Errors of a host being stopped gracefully that still mean its node went away (others: it ended on our SIGTERM).
 _NODE_LOST: tuple[type[BaseException], ...] = (HostPreemptedError, rex.NodeDiedError, rex.LocalRayletDiedError)
+#: Errors that say the host's node itself is gone.
+_NODE_GONE: tuple[type[BaseException], ...] = (rex.NodeDiedError, rex.LocalRayletDiedError)
 
 _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
@@ -90,12 +92,14 @@ _HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placemen
 @attrs.define(eq=False)
 class _Reservation:
     """The placement groups behind one lease; ``remove`` is idempotent. ``nodes``: where its bundles are;
-    ``lost``: why the slice is gone (set once, by the health check)."""
+    ``lost``: why the slice is gone (set once, by the health check); ``node_died``: a host task of it
+    failed because its node went away."""
 
     groups: list[PlacementGroup]
     removed: bool = False
     nodes: frozenset[str] = frozenset()
     lost: str | None = None
+    node_died: bool = False
 
     def remove(self) -> None:
         if self.removed:
@@ -425,7 +429,9 @@ class RaySliceProvider:
         removed = [lease.handle[0] for lease in leases if lease.handle is not None and not lease.handle[0].removed]
         for res in removed:
             res.remove()
-        self._released.update(pg.id.hex() for res in removed for pg in res.groups)
+        # Not a lost slice's groups: its nodes keep showing their resources until Ray declares them dead
+        # (seconds), and nobody gets that slice back anyway (waiting for them cost every recovery ~4 s).
+        self._released.update(pg.id.hex() for res in removed if res.lost is None and not res.node_died for pg in res.groups)
 
     def _await_released(self) -> None:
         """Before this job claims again (a retry, an elastic resize): wait, at most ``RELEASE_TIMEOUT``,
@@ -588,7 +594,12 @@ class RaySliceProvider:
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
         try:
-            value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
+            try:
+                value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
+            except BaseException as e:
+                if isinstance(e, _NODE_GONE) or isinstance(getattr(e, "cause", None), _NODE_GONE):
+                    run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
+                raise
         except rex.TaskCancelledError:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
