@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from fray_core.runner import RetryPolicy
+from fray_core.types import JobStatus
 from fray_core.tpu import get_tpu_spec
 
 __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
@@ -241,7 +242,7 @@ class FakeTpuCluster:
         done: list[str] = []
         end = time.monotonic() + timeout
         for info in self.cluster.list_jobs():
-            if not info.status.is_terminal() and info.status.value != "UNKNOWN":
+            if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
                 done.append(f"job {info.job_id} was still {info.status.value}: terminated")
                 try:
                     self.cluster.terminate(info.job_id)
@@ -293,20 +294,23 @@ class FakeTpuCluster:
         end = time.monotonic() + timeout
         self.wait_restored(timeout)
         while True:
-            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+            nodes = ray.nodes()
+            alive = {n["NodeID"] for n in nodes if n.get("Alive")}
             if not alive.intersection(self._removed):
                 break
             if time.monotonic() >= end:
                 raise TimeoutError(f"wait_settled: removed nodes still alive after {timeout}s")
             time.sleep(0.2)
+        dead = {n["NodeID"] for n in nodes if not n.get("Alive")}
         with self._lock:
-            broken = [(name, self._types[name]) for name, nodes in self._nodes.items() if any(n.node_id not in alive for n in nodes)]
+            broken = [(name, self._types[name]) for name, hosts in self._nodes.items() if any(h.node_id in dead for h in hosts)]
         for name, tpu_type in broken:
             print(f"fake_tpu_cluster: slice {name} lost a host it was not told to lose; replacing it", file=sys.stderr)
             self.preempt(name, restore_after=None)
             self.add_slice(tpu_type, tries=3)
         if broken:
             self.wait_settled(max(1.0, end - time.monotonic()))
+
 
 @contextlib.contextmanager
 def fake_tpu_cluster(
