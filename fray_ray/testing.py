@@ -42,6 +42,7 @@ __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLI
 FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0, host_start_timeout=60.0)
 
 _GIB = 1024**3
+LEAK_GRACE = 10.0  # seconds cleanup() gives placement groups to go before it calls them left behind
 
 # The ports a node's raylet and agents listen on, chosen here and never used twice in one process. Left to
 # the kernel, a new node can get the port of a node removed minutes before; the head's gRPC channel to that
@@ -252,6 +253,9 @@ class FakeTpuCluster:
         def groups() -> dict[str, str]:
             return {pg["name"]: pg["state"] for pg in placement_group_table().values() if (pg.get("name") or "").startswith("fray-") and pg.get("state") != "REMOVED"}
 
+        settle = time.monotonic() + LEAK_GRACE  # a group removed at the job's end may still be on its way out
+        while groups() and time.monotonic() < settle:
+            time.sleep(0.1)
         left = groups()
         if left:
             done.append(f"placement groups not removed: {', '.join(f'{n} ({st})' for n, st in sorted(left.items()))}")

@@ -218,3 +218,15 @@ def test_a_slice_with_a_host_down_is_no_capacity(ray_tpu_cluster: Any) -> None:
     finally:
         fake.wait_settled()  # replaces the broken slice
     assert len(fake.slices()[TPU]) == 2 and broken not in fake.slices()[TPU]
+
+
+def test_cleanup_stops_what_a_test_left_behind_and_says_so(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    """What the per-test fixture relies on: a job left holding a slice is stopped, its groups are gone, and
+    the leftover is named (the fixture fails the test that left it); a clean cluster reports nothing."""
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    job = fake.cluster.launch(request("left-behind", hold, gate=str(tmp_path / "never")))
+    running(fake.cluster, job)
+    assert fake.cleanup() == [f"job {job} was still RUNNING: terminated"]
+    assert fake.cluster.poll(job).status is JobStatus.STOPPED
+    assert fake.cleanup() == []
