@@ -232,8 +232,7 @@ class RaySliceProvider:
     ) -> tuple[int, list[str]] | Unschedulable:
         """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
         now and the slices not to take, or why the job waits."""
-        pool = self._pool(spec_name, label)
-        answer = self.scheduler.call("acquire", self.job_id, pool, spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete)
+        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete)
         message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]
@@ -353,7 +352,6 @@ class RaySliceProvider:
                 raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
         except BaseException:
             _Reservation(groups).remove()
-            self._released.update(pg.id.hex() for pg in groups)  # the next round sees our heads free again
             raise
         nodes = _node_table()
         leases = []
@@ -594,16 +592,13 @@ class RaySliceProvider:
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
         try:
-            try:
-                value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
-            except BaseException as e:
-                if isinstance(e, _NODE_GONE) or isinstance(getattr(e, "cause", None), _NODE_GONE):
-                    run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
-                raise
+            value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
         except rex.TaskCancelledError:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, _NODE_GONE):
+                run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
                 self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy")
             if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
@@ -612,6 +607,8 @@ class RaySliceProvider:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(cause).__name__}: {cause}\n{_traceback_of(e)}")
         except PREEMPTION_ERRORS as e:
+            if isinstance(e, _NODE_GONE):
+                run.lease.handle[0].node_died = True
             if task.stopping and not isinstance(e, _NODE_LOST):  # its worker ended on our SIGTERM
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
