@@ -445,7 +445,9 @@ class Fleet:
 
     # ----------------------------------------------------------------------------------- acquisition
 
-    def try_acquire(self, holder: str, tpu_type: str, counts: Sequence[int]) -> list[FleetLease] | None:
+    def try_acquire(
+        self, holder: str, tpu_type: str, counts: Sequence[int], since: float | None = None
+    ) -> list[FleetLease] | None:
         """All-or-nothing: leases on the largest count in ``counts`` whose slices are all free now (lowest
         numbered first), or ``None`` when none fits now. Raises ``Unschedulable(permanent=True)`` when no
         count can ever fit (fewer slices exist than the smallest count).
@@ -454,7 +456,9 @@ class Fleet:
         long as it keeps asking (an entry not renewed for ``waiter_ttl`` seconds is dropped: a job that
         stopped asking). Free slices are reserved for the holders ahead in line (their largest count
         each: what each of them takes when it fits), so a younger holder gets slices only out of what is
-        left after every older one is served (backfill that delays no older waiter).
+        left after every older one is served (backfill that delays no older waiter). ``since`` (e.g. the
+        job's submission time) is when the holder came: it goes ahead of waiters that came later but asked
+        first (see ``FairQueue``).
 
         >>> fleet = Fleet({"v4-16": 2})
         >>> _ = fleet.try_acquire("a", "v4-16", [1])
@@ -486,7 +490,7 @@ class Fleet:
                 c = next(c for c in wanted if avail >= c)
                 return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
             queue = self._queues[spec.name] = FairQueue(self._waiter_ttl)
-        c = queue.admit(holder, wanted, avail, self.clock.now())
+        c = queue.admit(holder, wanted, avail, self.clock.now(), since=since)
         return None if c is None else [self._take(sl, holder) for sl in self._pick(spec.name, c)]
 
     def _pick(self, tpu_type: str, c: int) -> list[Slice]:

@@ -48,6 +48,11 @@ class FairQueue:
     holder gets slices only out of what is left after every older one is served (backfill that delays no
     older waiter). A newcomer costs O(1), a waiter O(its place in line).
 
+    Order is arrival in line, unless a holder says when it came (``since``, e.g. its job's submission
+    time): a newcomer with ``since`` goes ahead of the waiters at the back of the line that came later by
+    their own ``since`` (never past one without). So two jobs whose requests reach the queue in the other
+    order than they were submitted (on Ray, each job's supervisor starts on its own) keep their order.
+
     >>> q = FairQueue(ttl=5.0)
     >>> q.admit("big", [4], free=1, now=0.0) is None
     True
@@ -74,18 +79,33 @@ class FairQueue:
     def __len__(self) -> int:
         return len(self._waiters)
 
-    def join(self, holder: str, need: int, now: float) -> None:
+    def join(self, holder: str, need: int, now: float, since: float | None = None) -> None:
         """Wait in line for ``need`` slices (or renew the entry: same place, new ``need``) until
-        ``now + ttl``."""
+        ``now + ttl``; ``since``: when the holder came (see the class doc)."""
         expires = now + self.ttl
         w = self._waiters.get(holder)
         if w is None:
-            self._waiters[holder] = _Waiter(need, expires)
+            passed = self._came_later(since)
+            self._waiters[holder] = _Waiter(need, expires, since)
             self._total += need
+            if passed:  # rare (requests reaching the queue out of order): rebuild the line, O(its length)
+                items = list(self._waiters.items())
+                items.insert(len(items) - 1 - len(passed), items.pop())
+                self._waiters = dict(items)
         else:
             self._total += need - w.need
             w.need, w.expires = need, expires
         self._next_expiry = min(self._next_expiry, expires)
+
+    def _came_later(self, since: float | None) -> list[_Waiter]:
+        """The waiters at the back of the line that a newcomer which came at ``since`` goes ahead of."""
+        out: list[_Waiter] = []
+        if since is not None:
+            for w in reversed(self._waiters.values()):
+                if w.since is None or w.since <= since:
+                    break
+                out.append(w)
+        return out
 
     def leave(self, holder: str) -> None:
         """Stop waiting (got slices, or the job ended); a no-op for a holder not in line."""
@@ -112,24 +132,31 @@ class FairQueue:
             reserved += w.need
         return reserved
 
-    def admit(self, holder: str, counts: Sequence[int], free: int, now: float, *, keep: bool = False) -> int | None:
+    def admit(
+        self, holder: str, counts: Sequence[int], free: int, now: float, *, keep: bool = False, since: float | None = None
+    ) -> int | None:
         """The largest of ``counts`` (largest first) that ``holder`` may take now out of ``free`` usable
         free slices (``c <= free - reserved_ahead(holder)``), or ``None``: then it waits in line (joins or
-        renews) for its largest count.
+        renews) for its largest count (``since``: when it came, see the class doc).
 
         An admitted holder leaves the line; with ``keep`` it stays, at its place, reserving the count it
         was admitted for (for ``ttl`` s or until :meth:`leave`): a driver that claims the slices after
         this answer (Ray) keeps them from younger holders until its claim is done.
         """
-        avail = free - self.reserved_ahead(holder, now) if self._waiters else free
+        if not self._waiters:
+            avail = free
+        elif holder in self._waiters:
+            avail = free - self.reserved_ahead(holder, now)
+        else:  # a newcomer: behind every waiter but those it came before
+            avail = free - self.reserved_ahead(holder, now) + sum(w.need for w in self._came_later(since))
         for c in counts:
             if avail >= c:
                 if keep:
-                    self.join(holder, c, now)
+                    self.join(holder, c, now, since)
                 else:
                     self.leave(holder)
                 return c
-        self.join(holder, counts[0], now)
+        self.join(holder, counts[0], now, since)
         return None
 
     def members(self, now: float) -> list[str]:
@@ -147,13 +174,14 @@ class FairQueue:
 
 
 class _Waiter:
-    """A holder in line: the slices reserved for it, and until when its entry is kept."""
+    """A holder in line: the slices reserved for it, until when its entry is kept, and when it came."""
 
-    __slots__ = ("need", "expires")
+    __slots__ = ("need", "expires", "since")
 
-    def __init__(self, need: int, expires: float) -> None:
+    def __init__(self, need: int, expires: float, since: float | None = None) -> None:
         self.need = need
         self.expires = expires
+        self.since = since
 
 
 # ------------------------------------------------------------------------------------------ quarantine

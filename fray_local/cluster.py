@@ -145,9 +145,6 @@ class LocalCluster(Cluster):
         log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
         log = LogSink(log_path)
         env = request.environment
-        provider = LocalSliceProvider(
-            self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices
-        )
         info = JobInfo(
             job_id=job_id,
             name=request.name,
@@ -155,6 +152,10 @@ class LocalCluster(Cluster):
             backend="local",
             request_summary=summarize_request(request),
         )
+        provider = LocalSliceProvider(
+            self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices,
+            submitted_at=info.submitted_at,
+        )  # fmt: skip
         job = _Job(runner=None, provider=provider, log=log)  # type: ignore[arg-type]
         job.runner = GangRunner(
             job_id, request, provider, policy=self.policy, on_change=lambda i: self._persist(job, i), info=info

@@ -228,15 +228,17 @@ class TpuFleet:
         counts: Sequence[int],
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
+        since: float | None = None,
     ) -> list[SliceLease]:
         """All-or-nothing: the largest count in ``counts`` whose slices are all free (and not reserved for
         a job ahead in the fleet's queue), or ``Unschedulable`` at ``deadline`` (``held=True`` when other
-        jobs hold the capacity: the job keeps its place in line while it keeps asking)."""
+        jobs hold the capacity: the job keeps its place in line while it keeps asking). ``since``: when
+        the job was submitted, its place in line (jobs' runners ask in no particular order)."""
         spec = get_tpu_spec(tpu_type)
         wanted = sorted(set(counts), reverse=True)
         with self._cond:
             while True:
-                got = self.model.try_acquire(job_id, spec.name, wanted)
+                got = self.model.try_acquire(job_id, spec.name, wanted, since)
                 if got is not None:
                     return [
                         SliceLease(

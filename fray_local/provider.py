@@ -23,7 +23,8 @@ __all__ = ["LocalSliceProvider", "LogSink"]
 
 class LocalSliceProvider:
     """Runs one job's hosts as subprocesses. TPU slices are acquired from ``fleet``; a CPU/GPU gang is
-    one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``."""
+    one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``.
+    ``submitted_at``: when the job was submitted, its place in the fleet's line."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class LocalSliceProvider:
         log: LogSink,
         workspace: str | None = None,
         gpu_devices: Sequence[Sequence[str]] | None = None,
+        submitted_at: float | None = None,
     ) -> None:
         self.fleet = fleet
         self.job_id = job_id
@@ -42,6 +44,7 @@ class LocalSliceProvider:
         self._cond = threading.Condition()
         self._hosts: dict[HostRun, HostProcess] = {}
         self.gpu_devices = gpu_devices  # CUDA_VISIBLE_DEVICES of each replica of a GPU job
+        self.submitted_at = submitted_at
         self._seq = 0
         self._armed_attempts: set[int] = set()
         self._attempt_leases: list[SliceLease] = []
@@ -52,7 +55,7 @@ class LocalSliceProvider:
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         dev = resources.device
         if isinstance(dev, TpuConfig):
-            leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline)
+            leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
             self._attempt_leases = leases  # the fault plan addresses the attempt's slices by index
             return leases
         n = int(resources.replicas) if not isinstance(resources.replicas, tuple) else resources.replicas[0]

@@ -140,7 +140,8 @@ class RaySliceProvider:
     TPU slices are claimed in the order the namespace's scheduler actor (``fray_ray.scheduler``) gives:
     first come, first served across every job of the cluster, quarantined slices excluded. A busy TPU
     device on a host is reported to it (``quarantine``: ``(after, window, for)``, the values the
-    scheduler is created with); ``queue_ttl``: how long the job keeps its place without asking again.
+    scheduler is created with); ``queue_ttl``: how long the job keeps its place without asking again;
+    ``submitted_at``: when the job was submitted, which orders it in line.
     """
 
     def __init__(
@@ -155,10 +156,12 @@ class RaySliceProvider:
         quarantine: tuple[int, float, float] = (2, 3600.0, 1800.0),
         queue_ttl: float = QUEUE_TTL,
         scheduler: SchedulerClient | None = None,
+        submitted_at: float | None = None,
     ) -> None:
         self.job_id = job_id
         self.scheduler = scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
         self.queue_ttl = queue_ttl
+        self.submitted_at = submitted_at  # the job's place in the scheduler's line (first come, first served)
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
         self.runtime_env = runtime_env or None
@@ -232,7 +235,7 @@ class RaySliceProvider:
     ) -> tuple[int, list[str]] | Unschedulable:
         """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
         now and the slices not to take, or why the job waits."""
-        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete)
+        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete, self.submitted_at)
         message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]

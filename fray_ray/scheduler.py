@@ -73,10 +73,12 @@ class Scheduler:
         holders: dict[str, str],
         ttl: float,
         incomplete: Sequence[str] = (),
+        since: float | None = None,
     ) -> dict[str, Any]:
         """May ``job_id`` claim slices of ``pool`` now? ``counts`` largest first; ``alive``: the pool's
         slices in the cluster with every host up; ``free``: those whose head is free; ``holders``: slice
-        name -> the job (name) holding it; ``incomplete``: slices with a host down (no capacity). Returns
+        name -> the job (name) holding it; ``incomplete``: slices with a host down (no capacity); ``since``:
+        when the job was submitted (its place in line among jobs that reach the queue out of order). Returns
         ``{"count": c, "exclude": [names]}`` (claim ``c`` slices, none of the quarantined ``exclude``) or
         ``{"held": bool, "reason": str}``."""
         now = time.monotonic()
@@ -87,7 +89,7 @@ class Scheduler:
         if queue is None:
             queue = self._queues[pool] = FairQueue(ttl)
         queue.ttl = ttl
-        count = queue.admit(job_id, counts, len(usable), now, keep=True)
+        count = queue.admit(job_id, counts, len(usable), now, keep=True, since=since)
         if count is not None:
             return {"count": count, "exclude": quarantined}
         qfree = len(free) - len(usable)

@@ -165,6 +165,7 @@ class JobSupervisor:
             runtime_env["pip"] = list(env.pip_packages)
         if env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
+        info = JobInfo.from_json(self.store.read(job_id))
         me = ray.get_runtime_context().current_actor
         host_config = HostConfig(
             sys_path=tuple(settings["sys_path"]),
@@ -183,9 +184,9 @@ class JobSupervisor:
             quarantine=settings.get("quarantine", (2, 3600.0, 1800.0)),
             queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
             scheduler=self._scheduler_for(settings),
+            submitted_at=info.submitted_at,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
-        info = JobInfo.from_json(self.store.read(job_id))
         self.runner = GangRunner(
             job_id, request, self.provider, policy=settings["policy"] or RetryPolicy(), on_change=self._persist, info=info
         )

@@ -56,13 +56,20 @@ def reason_of(cluster: RayCluster, job_id: str, pattern: str, fresh: bool = True
     """Wait until the job's pending reason matches ``pattern``; meanwhile it must not end, nor (``fresh``)
     record any attempt."""
 
+    seen: list[str | None] = []  # every distinct reason, for the message when none matches
+
     def check() -> str | None:
         info = cluster.poll(job_id)
         assert not info.status.is_terminal() and not (fresh and info.attempts), (info.status, info.attempts, info.error)
         r = info.pending_reason
+        if not seen or seen[-1] != r:
+            seen.append(r)
         return r if r and re.fullmatch(pattern, r) else None
 
-    return wait_for(check, timeout=WAIT, what=f"{job_id}'s pending reason to match {pattern!r}", interval=0.1)
+    try:
+        return wait_for(check, timeout=WAIT, what=f"{job_id}'s pending reason to match {pattern!r}", interval=0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; its reasons meanwhile: {seen}") from None
 
 
 def running(cluster: RayCluster, job_id: str) -> list[str]:
@@ -230,3 +237,21 @@ def test_cleanup_stops_what_a_test_left_behind_and_says_so(ray_tpu_cluster: Any,
     assert fake.cleanup() == [f"job {job} was still RUNNING: terminated"]
     assert fake.cluster.poll(job).status is JobStatus.STOPPED
     assert fake.cleanup() == []
+
+
+def test_the_scheduler_orders_jobs_by_submission_not_by_whose_supervisor_asks_first() -> None:
+    """Each job's supervisor starts on its own, so a job submitted later can reach the queue first; its
+    place in line still follows submission (the actor's body, called directly)."""
+    import asyncio
+
+    from fray_ray.scheduler import Scheduler
+
+    scheduler = Scheduler()
+
+    def ask(job: str, submitted: float) -> str:
+        held = {"s0": "block-a", "s1": "block-b"}  # both slices held: everyone waits
+        return asyncio.run(scheduler.acquire(job, TPU, TPU, [1], ["s0", "s1"], [], held, 30.0, (), submitted))["reason"]
+
+    assert ask("younger", 2.0).startswith("queued: 1st ")
+    assert ask("older", 1.0).startswith("queued: 1st ")  # asked second, submitted first
+    assert ask("younger", 2.0).startswith("queued: 2nd ")

@@ -16,7 +16,9 @@ COUNTS = [(1,), (2,), (4,), (2, 1), (4, 2, 1)]
 
 queue_ops = st.lists(
     st.one_of(
-        st.tuples(st.just("admit"), st.sampled_from(HOLDERS), st.sampled_from(COUNTS), st.integers(0, 6), st.booleans()),
+        st.tuples(
+            st.just("admit"), st.sampled_from(HOLDERS), st.sampled_from(COUNTS), st.integers(0, 6), st.booleans(), st.one_of(st.none(), st.integers(0, 5))
+        ),
         st.tuples(st.just("leave"), st.sampled_from(HOLDERS)),
         st.tuples(st.just("wait"), st.sampled_from([0.5, 2.0, 5.0, 6.0])),
     ),
@@ -30,9 +32,10 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
     """Against a plain model (a list of live entries): a holder may take c slices iff c <= free - the
     needs of every live entry ahead of it (all entries, for a newcomer); it takes its largest such count;
     otherwise it waits at its place (at the back when new) for its largest count; an entry not renewed
-    for ttl seconds is gone; leave removes at once."""
+    for ttl seconds is gone; leave removes at once. A newcomer that says when it came (``since``) goes
+    ahead of the entries at the back that came later by theirs (never past one that did not say)."""
     q = FairQueue(ttl)
-    model: list[list] = []  # [holder, need, expires], oldest first
+    model: list[list] = []  # [holder, need, expires, since], oldest first
     now = 0.0
     for op in ops:
         if op[0] == "wait":
@@ -43,21 +46,24 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
             q.leave(op[1])
             model[:] = [e for e in model if e[0] != op[1]]
             continue
-        _, holder, counts, free, keep = op
+        _, holder, counts, free, keep, since = op
         names = [e[0] for e in model]
-        ahead = model[: names.index(holder)] if holder in names else model
+        at = len(model)  # where a newcomer goes
+        while since is not None and at > 0 and model[at - 1][3] is not None and model[at - 1][3] > since:
+            at -= 1
+        ahead = model[: names.index(holder)] if holder in names else model[:at]
         avail = free - sum(e[1] for e in ahead)
         want = next((c for c in counts if c <= avail), None)
-        got = q.admit(holder, counts, free, now, keep=keep)
+        got = q.admit(holder, counts, free, now, keep=keep, since=since)
         assert got == want, (op, model, now)
         if want is None or keep:
             need = counts[0] if want is None else want
             for e in model:
                 if e[0] == holder:
-                    e[1:] = [need, now + ttl]
+                    e[1:3] = [need, now + ttl]  # renewed: same place, same since
                     break
             else:
-                model.append([holder, need, now + ttl])
+                model.insert(at, [holder, need, now + ttl, since])
         else:
             model[:] = [e for e in model if e[0] != holder]
         assert q.members(now) == [e[0] for e in model]
