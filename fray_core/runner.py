@@ -80,9 +80,13 @@ class SliceLease:
     handle: Any = None
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class HostRun:
-    """One host's process of one attempt."""
+    """One host's process of one attempt, as the provider started it; ``handle`` is the provider's own.
+
+    Read-only to the runner. Not frozen so that a provider may subclass it to keep its per-host state
+    on the run itself (one object per host; the in-memory provider does, ``fray_core.testing.RunRecord``).
+    """
 
     lease: SliceLease
     slice_index: int
@@ -473,7 +477,7 @@ class GangRunner:
     def _watch(
         self, attempt: Attempt, runs: list[HostRun], leases: list[SliceLease]
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
-        results: dict[tuple[int, int], Any] = {}
+        results: dict[HostRun, Any] = {}
         pending = set(runs)
         first_bad: HostOutcome | None = None
         preempted: HostOutcome | None = None
@@ -521,7 +525,7 @@ class GangRunner:
                 pending.discard(o.run)
                 ended.add(o.run)
                 if o.kind is HostOutcomeKind.SUCCEEDED:
-                    results[(o.run.slice_index, o.run.host_index)] = o.result
+                    results[o.run] = o.result
                 elif first_bad is None:
                     first_bad = o
                 if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
@@ -529,8 +533,7 @@ class GangRunner:
             if not_started and first_bad is None:
                 self._note_started(attempt, len(runs), not_started, ended)
         if first_bad is None:
-            ordered = [results[k] for k in sorted(results)]
-            return AttemptOutcome.SUCCEEDED, None, ordered
+            return AttemptOutcome.SUCCEEDED, None, [results[r] for r in _in_host_order(runs)]
         for o in self._cancel_and_drain(runs, pending):
             if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
                 preempted = o
@@ -600,6 +603,14 @@ def _accepts_grace(cancel: Callable[..., None]) -> bool:
     except (TypeError, ValueError):
         return False
     return "grace" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _in_host_order(runs: list[HostRun]) -> list[HostRun]:
+    """``runs`` by (slice, host): the order providers start them in, so usually ``runs`` itself."""
+    for a, b in zip(runs, runs[1:]):
+        if (a.slice_index, a.host_index) >= (b.slice_index, b.host_index):
+            return sorted(runs, key=lambda r: (r.slice_index, r.host_index))
+    return runs
 
 
 def _where(run: HostRun) -> str:

@@ -166,28 +166,32 @@ class LeaseRecord:
         return f"<LeaseRecord {self.lease.name} attempt={self.attempt} released={self.released}>"
 
 
-class RunRecord:
-    """One started host (the ``handle`` of its :class:`HostRun`): its attempt, env and fate.
+class RunRecord(HostRun):
+    """One started host: the :class:`HostRun` the provider hands out, with its attempt, env and fate.
 
-    ``state`` is ``"running"`` or ``"ended"``; ``kind`` how it ended (CANCELLED when cancelled while
-    running); ``reported`` whether ``wait_any`` handed its outcome to the caller; ``cancelled`` whether
-    ``cancel`` was called on it.
+    ``lease`` is the slice's :class:`SliceLease` (``lease_record`` its :class:`LeaseRecord`); ``state``
+    is ``"running"`` or ``"ended"``; ``kind`` how it ended (CANCELLED when cancelled while running);
+    ``reported`` whether ``wait_any`` handed its outcome to the caller; ``cancelled`` whether ``cancel``
+    was called on it.
     """
 
+    # One object per host (not a HostRun plus a record that point at each other): at 16,000 hosts per
+    # attempt, every collector-tracked object per host shows in the cyclic collector's time
+    # (bench/runner_scale.py, bench/NOTES.md).
     __slots__ = (
-        "run", "lease", "attempt", "job_id", "slice_index", "host_index", "env", "script", "state", "kind",
-        "result", "error", "reported", "cancelled", "started_at", "ended_at", "report_seq",
+        "attempt", "job_id", "env", "script", "state", "kind", "result", "error", "reported", "cancelled",
+        "started_at", "ended_at", "report_seq",
     )  # fmt: skip
 
     def __init__(
-        self, lease: LeaseRecord, attempt: int, job_id: str, s: int, h: int, env: dict[str, str], script: HostScript, now: float
+        self, lease: SliceLease, attempt: int, job_id: str, s: int, h: int, env: dict[str, str], script: HostScript, now: float
     ) -> None:
-        self.run: HostRun = None  # type: ignore[assignment]  # set right after
         self.lease = lease
-        self.attempt = attempt
-        self.job_id = job_id
         self.slice_index = s
         self.host_index = h
+        self.handle = None
+        self.attempt = attempt
+        self.job_id = job_id
         self.env = env
         self.script = script
         self.state = "running"
@@ -199,6 +203,10 @@ class RunRecord:
         self.started_at = now
         self.ended_at: float | None = None
         self.report_seq: int | None = None  # order in which wait_any reported it
+
+    @property
+    def lease_record(self) -> LeaseRecord:
+        return self.lease.handle  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         kind = self.kind.value if self.kind else "-"
@@ -299,6 +307,7 @@ class InMemorySliceProvider:
         self._groups = itertools.count()
         self._vm_serial = itertools.count(1)
         self._report_seq = itertools.count()
+        self._on_lost_cb = self._on_lost  # one bound method for every lease (not one per slice per attempt)
         self._host_ids: tuple[str, ...] = ()
         self._default_script = HostScript(HostOutcomeKind.SUCCEEDED, after=self.host_delay)
         self._kind_scripts = {
@@ -403,7 +412,7 @@ class InMemorySliceProvider:
                 addr = self._addresses[sl] = (sl.incarnation, tuple(prefix + h for h in self._host_strs(sl.hosts)))
             rec = LeaseRecord(fl, group, counts, free_before, now)
             fl.driver = rec
-            fl.on_lost = self._on_lost
+            fl.on_lost = self._on_lost_cb
             recs.append(rec)
             leases.append(self._lease(rec, sl.name, sl.tpu_type, sl.hosts, addr[1]))
         self._last_acquired = recs
@@ -450,12 +459,14 @@ class InMemorySliceProvider:
             if rec.fleet_lease is not None:
                 self.fleet.release(rec.fleet_lease)
             if not self.record:
-                # Break the RunRecord <-> HostRun cycle so the attempt's hosts are freed by reference
-                # counting at once: left to the cyclic collector, 16,000 hosts per attempt pile up in its
+                # Break the cycles through the record (runs -> SliceLease -> record, record <-> its fleet
+                # lease) so the attempt's hosts and leases are freed by reference counting once the
+                # runner drops them: left to the cyclic collector, 16,000 hosts per attempt pile up in its
                 # oldest generation and every full collection walks them (bench/NOTES.md, runner_scale).
-                for host in rec.runs:
-                    host.run = None  # type: ignore[assignment]
                 rec.runs = []
+                rec.lease = None  # type: ignore[assignment]
+                if rec.fleet_lease is not None:
+                    rec.fleet_lease.driver = rec.fleet_lease.on_lost = None
 
     def was_preempted(self, lease: SliceLease) -> bool:
         """Whether the slice was preempted while this lease held it (the cloud metadata probe)."""
@@ -506,7 +517,6 @@ class InMemorySliceProvider:
         faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
         clock = self.clock
         now = clock.now()
-        runs = []
         new: list[RunRecord] = []
         running = self._running
         lost = rec.preempted  # the slice went away between acquire and start
@@ -515,9 +525,7 @@ class InMemorySliceProvider:
         due: dict[float, list[RunRecord]] = {}
         for h, env in enumerate(env_per_host):
             plan = self._script_for(attempt, s, h)
-            host = RunRecord(rec, attempt, job_id, s, h, env if self.record else None, plan, now)  # type: ignore[arg-type]
-            run = HostRun(lease=lease, slice_index=s, host_index=h, handle=host)
-            host.run = run
+            host = RunRecord(lease, attempt, job_id, s, h, env if self.record else None, plan, now)  # type: ignore[arg-type]
             new.append(host)
             running[host] = None
             if lost:
@@ -530,20 +538,20 @@ class InMemorySliceProvider:
                 if group is None:
                     due[when] = group = []
                 group.append(host)
-            runs.append(run)
         push = clock._push
+        due_all = InMemorySliceProvider._due_all  # (a plain function: no bound method per event)
         for when, group in due.items():
-            push(when, self._due_all, group)
+            push(when, due_all, self, group)
         rec.runs.extend(new)
         self.hosts_started += len(new)
         if self.record:
             self.runs.extend(new)
-        return runs
+        return new  # type: ignore[return-value]
 
     def _ended_by(self, host: RunRecord, fate: HostFate) -> bool:
         """Apply what the fleet does to a host as it starts (the order a TPU process meets it in); True
         if that ended it."""
-        name = host.lease.lease.name
+        name = host.lease.name
         h = host.host_index
         if fate.device_error:
             self.fleet.device_failed(name, h, "device error")
@@ -582,7 +590,7 @@ class InMemorySliceProvider:
             self._end(host, kind, error=plan.error or self._failure_text(host))
         else:
             restore = plan.restore_after if plan.restore_after is not DEFAULT else self.restore_after
-            self._preempt_lease(host.lease, restore)
+            self._preempt_lease(host.lease.handle, restore)
 
     @staticmethod
     def _failure_text(host: RunRecord) -> str:
@@ -612,7 +620,7 @@ class InMemorySliceProvider:
             if self._ready:
                 if wanted is None:
                     wanted = set(runs)
-                got = [h for h in self._ready if h.run in wanted]
+                got = [h for h in self._ready if h in wanted]
                 if got:
                     ready = self._ready
                     out = []
@@ -620,7 +628,7 @@ class InMemorySliceProvider:
                         del ready[h]
                         h.reported = True
                         h.report_seq = next(self._report_seq)
-                        out.append(HostOutcome(h.run, h.kind, h.result, h.error))  # type: ignore[arg-type]
+                        out.append(HostOutcome(h, h.kind, h.result, h.error))  # type: ignore[arg-type]
                     return out
             if self.on_idle is not None and not idled:
                 idled = True
@@ -638,7 +646,7 @@ class InMemorySliceProvider:
         if grace is not None:
             self.graceful_cancels.append((self.clock.now(), grace, len(runs)))
         for run in runs:
-            host = run.handle
+            host: RunRecord = run  # type: ignore[assignment]
             host.cancelled = True
             if host.state == "running":
                 self._end(host, HostOutcomeKind.CANCELLED)
@@ -647,7 +655,7 @@ class InMemorySliceProvider:
 
     def running_runs(self) -> list[HostRun]:
         """The host runs still running, in start order."""
-        return [h.run for h in self._running]
+        return list(self._running)
 
     def held_leases(self) -> list[SliceLease]:
         """The leases acquired and not yet released."""
@@ -656,7 +664,7 @@ class InMemorySliceProvider:
     def finish(self, run: HostRun, kind: HostOutcomeKind | str, *, result: Any = DEFAULT, error: str | None = None,
                restore_after: Any = DEFAULT) -> None:
         """End a running host now. PREEMPTED preempts its whole slice (see :meth:`preempt`)."""
-        host: RunRecord = run.handle
+        host: RunRecord = run  # type: ignore[assignment]
         if host.state != "running":
             raise ValueError(f"{host!r} is not running")
         plan = HostScript(kind, after=0.0, result=result, error=error, restore_after=restore_after)
@@ -741,7 +749,7 @@ class InMemorySliceProvider:
             out.append(f"lease {rec.lease.name} (attempt {rec.attempt}) was acquired and never released")
         for host in self._running:
             out.append(
-                f"attempt {host.attempt}: slice {host.slice_index} ({host.lease.lease.name}) host "
+                f"attempt {host.attempt}: slice {host.slice_index} ({host.lease.name}) host "
                 f"{host.host_index} is still running"
             )
         return out

@@ -86,13 +86,13 @@ def check_env(job_id: str, attempt: Attempt, group: list[Any], runs: list[RunRec
     for r in runs:
         env = r.env
         where = f"attempt {attempt.index} slice {r.slice_index} host {r.host_index}: {env}"
-        assert r.lease is group[r.slice_index], where
+        assert r.lease_record is group[r.slice_index], where
         assert env["FRAY_JOB_ID"] == job_id, where
         assert env["FRAY_ATTEMPT"] == str(attempt.index) == str(r.attempt), where
         assert env["FRAY_SLICE_ID"] == str(r.slice_index), where
         assert env["FRAY_HOST_ID"] == env["TPU_WORKER_ID"] == str(r.host_index), where
         assert env["FRAY_NUM_SLICES"] == str(n), where
-        assert env["FRAY_HOSTS_PER_SLICE"] == str(r.lease.lease.hosts), where
+        assert env["FRAY_HOSTS_PER_SLICE"] == str(r.lease.hosts), where
         assert env["TPU_NAME"] == r.lease.name, where
         for k, v in user_env.items():
             assert env[k] == v, where
@@ -225,9 +225,9 @@ def check_midway(runner: GangRunner, provider: InMemorySliceProvider, fleet_size
     assert len({lease.handle.group for lease in held}) <= 1, "slices of two attempts held at once"
     current = len(runner.info.attempts) - 1
     for run in provider.running_runs():
-        rec = run.handle
-        assert rec.attempt == current, f"a host of attempt {rec.attempt} runs during attempt {current}"
-        assert rec.lease.released == 0, "a host runs on a released slice"
+        assert isinstance(run, RunRecord)
+        assert run.attempt == current, f"a host of attempt {run.attempt} runs during attempt {current}"
+        assert run.lease_record.released == 0, "a host runs on a released slice"
 
 
 # ------------------------------------------------------------------------ the main random property
