@@ -112,6 +112,19 @@ class _Reservation:
                 pass  # already removed (e.g. its creator died); nothing left to free
 
 
+@attrs.frozen
+class _View:
+    """The slices of one type in the cluster, from Ray's own state: ``alive`` (every host alive), ``free``
+    (head not held), ``holders`` (slice -> the job holding it), ``incomplete`` (worker 0 alive, another host
+    not), and the live node table they were read from (``_claim`` maps nodes to slices with it)."""
+
+    alive: list[str]
+    free: list[str]
+    holders: dict[str, str]
+    incomplete: list[str]
+    nodes: dict[str, dict[str, Any]]
+
+
 @attrs.define(eq=False)
 class _Task:
     ref: Any
@@ -178,6 +191,7 @@ class RaySliceProvider:
         self._last_health = 0.0
         self._released: set[str] = set()  # ids of the groups this job released, until its next acquire saw them gone
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
+        self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -197,16 +211,15 @@ class RaySliceProvider:
         key, _, value = self.non_preemptible_tpu_label.partition("=")
         return {key.strip(): value.strip()}
 
-    @staticmethod
-    def _view(tpu_type: str, label: dict[str, str]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
-        """The slices of this type (with ``label``) in the cluster, from Ray's own state: (alive (every host
-        alive), free (head not held), slice -> the job holding it, incomplete (worker 0 alive, another
-        host not))."""
+    def _view(self, tpu_type: str, label: dict[str, str], holders: bool = True) -> _View:
+        """The slices of this type (with ``label``) in the cluster, from Ray's own state (see :class:`_View`);
+        ``holders=False``: not who holds the busy ones."""
         spec = get_tpu_spec(tpu_type)
         want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
+        nodes = _node_table()
         heads = {}
         workers: dict[str, set[str]] = {}  # slice name -> the worker ids of its live hosts
-        for nid, n in _node_table().items():
+        for nid, n in nodes.items():
             labels = n.get("Labels") or {}
             name = labels.get(SLICE_NAME_LABEL)
             if name and labels.get(POD_TYPE_LABEL) == spec.name:
@@ -220,15 +233,34 @@ class RaySliceProvider:
         heads = {nid: name for nid, name in heads.items() if workers[name] >= every_host}
         avail = available_resources_per_node()
         free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
-        holders = {}
-        for pg in placement_group_table().values():
-            m = _HEAD_GROUP.match(pg.get("name") or "")
-            if m and pg.get("state") == "CREATED":
-                nodes = {int(k): v for k, v in (pg.get("bundles_to_node_id") or {}).items()}
-                name = heads.get(nodes.get(0, ""))
-                if name:
-                    holders[name] = job_label(m.group(1))
-        return sorted(heads.values()), sorted(free), holders, incomplete
+        held: dict[str, str] = {}
+        if holders:
+            # A placement group's bundle shows on its node as "<resource>_group_[<bundle>_]<group id>"
+            # (Ray's naming); the group's name says which job holds the head. Read this way, not from the
+            # whole placement-group table: Ray keeps every group ever removed in it (thousands on a busy
+            # cluster: ~34 ms of CPU per read at 1,500, bench/NOTES.md), and this runs every acquire round.
+            prefix = spec.head_resource + "_group_"
+            for nid, name in heads.items():
+                for key in avail.get(nid, {}):
+                    if key.startswith(prefix):
+                        job = self._group_job(key.rsplit("_", 1)[-1])
+                        if job:
+                            held[name] = job
+                            break
+        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes)
+
+    def _group_job(self, group_id: str) -> str:
+        """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
+        Ray once per group (names never change)."""
+        job = self._group_jobs.get(group_id)
+        if job is None:
+            try:
+                pg = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
+                m = _HEAD_GROUP.match(placement_group_table(pg).get("name") or "")
+            except Exception:
+                return ""  # not a group id (a resource named like one), or Ray could not say: ask next time
+            job = self._group_jobs[group_id] = job_label(m.group(1)) if m else ""
+        return job
 
     def _admit(
         self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], alive: list[str], free: list[str], holders: dict[str, str], incomplete: list[str]
@@ -261,7 +293,7 @@ class RaySliceProvider:
         quarantined, not reserved for an older queued job): how an elastic job knows it could grow (see
         ``SliceProvider``). Without a scheduler's answer: the free slices."""
         spec = get_tpu_spec(tpu_type)
-        _, free, _, _ = self._view(spec.name, self._job_label)
+        free = self._view(spec.name, self._job_label, holders=False).free
         answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free)
         return len(free) if answer is None else int(answer)
 
@@ -275,7 +307,8 @@ class RaySliceProvider:
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
         while True:
-            alive, free, holders, incomplete = self._view(spec.name, label)
+            view = self._view(spec.name, label)
+            alive, free, holders, incomplete = view.alive, view.free, view.holders, view.incomplete
             total = len(alive) + len(incomplete)  # a slice with a host down still exists: it may come back whole
             seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
             if min(counts) > seen and not self.autoscaling:
@@ -292,7 +325,7 @@ class RaySliceProvider:
                 raise admitted
             time.sleep(TRANSIT_STEP)
         count, exclude = admitted
-        leases = self._claim(spec.name, count, deadline, label, exclude, len(free), total)
+        leases = self._claim(spec.name, count, deadline, label, exclude, len(free), total, view.nodes)
         self.scheduler.notify("claimed", self.job_id)
         return leases
 
@@ -307,9 +340,25 @@ class RaySliceProvider:
         return any(now - first < TRANSIT_S for first in self._transit.values())
 
     def _claim(
-        self, tpu_type: str, count: int, deadline: float, label: dict[str, str], exclude: list[str], free: int, total: int
+        self,
+        tpu_type: str,
+        count: int,
+        deadline: float,
+        label: dict[str, str],
+        exclude: list[str],
+        free: int,
+        total: int,
+        nodes: dict[str, dict[str, Any]],
     ) -> list[SliceLease]:
-        """Reserve ``count`` slices (heads, then hosts; see module doc), none of those in ``exclude``."""
+        """Reserve ``count`` slices (heads, then hosts; see module doc), none of those in ``exclude``.
+        ``nodes``: the live node table the caller just read (read again only for a node not in it)."""
+
+        def node(nid: str) -> dict[str, Any]:
+            nonlocal nodes
+            if nid not in nodes:  # joined since (a restored slice): look once more
+                nodes = _node_table()
+            return nodes.get(nid, {})
+
         spec = get_tpu_spec(tpu_type)
         head_selector = {WORKER_ID_LABEL: "0", POD_TYPE_LABEL: spec.name, **label}
         if exclude:  # Ray's label selector: "!in(a, b)" matches a node whose label is none of them
@@ -333,14 +382,15 @@ class RaySliceProvider:
                     held=True,
                     reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
                 )
-            nodes = _node_table()
             names = []
+            head_nodes = []
             for head in heads:
-                node = nodes.get(_bundle_nodes(head).get(0, ""), {})
-                name = (node.get("Labels") or {}).get(SLICE_NAME_LABEL)
+                head_node = _bundle_nodes(head).get(0, "")
+                name = (node(head_node).get("Labels") or {}).get(SLICE_NAME_LABEL)
                 if not name:
-                    raise Unschedulable(f"a {spec.name} slice head has no {SLICE_NAME_LABEL} label (node {node.get('NodeID')})")
+                    raise Unschedulable(f"a {spec.name} slice head has no {SLICE_NAME_LABEL} label (node {head_node})")
                 names.append(name)
+                head_nodes.append(head_node)
             workers = [
                 placement_group(
                     [{"TPU": float(spec.chips_per_host)}] * spec.hosts,
@@ -356,12 +406,11 @@ class RaySliceProvider:
         except BaseException:
             _Reservation(groups).remove()
             raise
-        nodes = _node_table()
         leases = []
-        for name, head, worker in zip(names, heads, workers):
+        for name, head, head_node, worker in zip(names, heads, head_nodes, workers):
             bundle_nodes = _bundle_nodes(worker)
-            addrs = tuple(nodes.get(bundle_nodes.get(h, ""), {}).get("NodeManagerAddress", "") for h in range(spec.hosts))
-            held = frozenset(bundle_nodes.values()) | frozenset(_bundle_nodes(head).values())
+            addrs = tuple(node(bundle_nodes.get(h, "")).get("NodeManagerAddress", "") for h in range(spec.hosts))
+            held = frozenset(bundle_nodes.values()) | {head_node}
             leases.append(
                 SliceLease(
                     name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(_Reservation([worker, head], nodes=held), worker)
