@@ -149,6 +149,7 @@ def started(pid):
         return None
 if os.fork():
     os._exit(0)
+os.nice(19)  # already, unless it forked before its parent lowered it (see _Reaper)
 while started(parent) == born:
     if select.select([0], [], [], 0.2)[0]:
         break
@@ -187,6 +188,14 @@ class _Reaper:
             stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True,
         )
         os.close(r)
+        # Lowest CPU priority (inherited by its fork, the reaper proper): its interpreter start-up (~10 ms of
+        # CPU) and its final sweep of /proc need not be quick, and would otherwise compete with the start of
+        # this host and of the hosts beside it (an emulated cluster, or several hosts per VM). Set here, not
+        # with preexec_fn, which would make subprocess fork this whole worker instead of vfork.
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
+        except OSError:
+            pass  # it already exited (the first fork): the reaper runs at our priority
         threading.Thread(target=proc.wait, daemon=True, name="fray-reaper-start").start()  # the first fork exits at once
         self._w = w
         self.token = token
