@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -32,6 +33,14 @@ def process_start_time() -> float:
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def process_cpu() -> float:
+    """CPU seconds (user + system) this process has used since it was created (from ``/proc``, 10 ms
+    resolution): on a host, what its start-up cost before the function ran, whatever the load."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_marker(marker_dir: str, tag: str, attempt: str | None = None) -> float:
@@ -50,22 +59,23 @@ def write_marker(marker_dir: str, tag: str, attempt: str | None = None) -> float
     name = f"{tag}__{os.environ.get('TPU_NAME', '?')}__{os.environ.get('TPU_WORKER_ID', '?')}__{attempt}__{os.getpid()}"
     tmp = os.path.join(marker_dir, "." + name)
     with open(tmp, "w") as f:
-        f.write(f"{t!r} {os.getpid()} {process_start_time()!r}")
+        f.write(f"{t!r} {os.getpid()} {process_start_time()!r} {process_cpu()!r}")
     os.replace(tmp, os.path.join(marker_dir, name))  # readers never see a half-written marker
     return t
 
 
 def marker_details(marker_dir: str, tag: str) -> list[dict[str, Any]]:
     """Every start marker of ``tag``: ``slice``, ``worker``, ``attempt``, ``t`` (function start), ``pid``,
-    ``process_start`` (when that process was created)."""
+    ``process_start`` (when that process was created), ``cpu`` (CPU seconds that process had used when
+    the function started)."""
     out = []
     for fn in os.listdir(marker_dir):
         parts = fn.split("__")
         if parts[0] != tag or len(parts) < 4:
             continue
         with open(os.path.join(marker_dir, fn)) as f:
-            t, pid, pstart = f.read().split()
-        out.append({"slice": parts[1], "worker": parts[2], "attempt": parts[3], "t": float(t), "pid": int(pid), "process_start": float(pstart)})
+            t, pid, pstart, cpu = f.read().split()
+        out.append({"slice": parts[1], "worker": parts[2], "attempt": parts[3], "t": float(t), "pid": int(pid), "process_start": float(pstart), "cpu": float(cpu)})
     return out
 
 
@@ -95,17 +105,69 @@ QUIET_TIMEOUT = 20.0  # seconds to wait for that before a case starts anyway (co
 not_quiet = 0  # cases that started on a machine that was not quiet within QUIET_TIMEOUT
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(all ticks, idle + iowait ticks) of every core since boot, from ``/proc/stat``."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def machine_cpu() -> float:
+    """CPU seconds every process on the machine has used since boot (all cores, not idle, not waiting for
+    I/O): the difference over a launch is what the launch cost the machine, whoever spent it (Ray's
+    daemons, a supervisor, the host workers, the driver), independent of how the cores were shared."""
+    total, idle = _cpu_ticks()
+    return (total - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuTrace:
+    """:func:`machine_cpu` sampled every ``step`` seconds in a thread (reading ``/proc/stat`` costs ~20 us),
+    so the CPU spent up to an instant known only afterwards (the last host's start) can be read off::
+
+        with CpuTrace() as trace:
+            ...launch...
+        trace.at(t_all_running) - trace.at(t_launch)
+    """
+
+    def __init__(self, step: float = 0.01) -> None:
+        self.step = step
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-trace")
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), machine_cpu()))
+            if self._stop.wait(self.step):
+                break
+
+    def __enter__(self) -> CpuTrace:
+        self._thread.start()
+        while not self.samples:
+            time.sleep(0.001)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.time(), machine_cpu()))
+
+    def at(self, t: float) -> float:
+        """Machine CPU seconds at wall time ``t`` (linear between the samples around it)."""
+        s = self.samples
+        if t <= s[0][0]:
+            return s[0][1]
+        for (t0, c0), (t1, c1) in zip(s, s[1:]):
+            if t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / max(1e-9, t1 - t0)
+        return s[-1][1]
+
+
 def cpu_busy(window: float = QUIET_WINDOW) -> float:
     """The share of all cores busy (not idle, not waiting for I/O) during the next ``window`` seconds."""
-
-    def read() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-        return sum(ticks), ticks[3] + ticks[4]
-
-    total0, idle0 = read()
+    total0, idle0 = _cpu_ticks()
     time.sleep(window)
-    total1, idle1 = read()
+    total1, idle1 = _cpu_ticks()
     return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
 
 

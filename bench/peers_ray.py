@@ -1,7 +1,7 @@
 """Fray against its peers on ONE emulated Ray cluster: hand-written Ray ("raw"), fray, eformer.
 
-    python bench/peers_ray.py              # 12 interleaved reps of each launch case, 3 of each recovery case
-    python bench/peers_ray.py --smoke      # 1 rep of each (CI: only when eformer is installed)
+    python bench/peers_ray.py              # 20 interleaved reps of each launch case, 3 of each recovery case
+    python bench/peers_ray.py --smoke      # 1 rep of each (CI; without eformer its rows say "not installed")
     pip install -e '.[bench]'              # eformer==0.0.101 (pulls jax, ~1 GB)
 
 The cluster: ``fray_ray.testing.fake_tpu_cluster({"v4-16": 2})``, 2 slices x 2 hosts, each host its own
@@ -58,6 +58,9 @@ import _ray_common as common  # noqa: E402
 cloudpickle.register_pickle_by_value(common)  # host bodies travel by value: workers need not import bench/
 
 GOAL = 1.10
+# 20 reps: a median of 12 moved by +-0.07 between runs on a quiet machine (2 cores: which host worker gets a core
+# first decides the last host's start), as much as fray's whole margin; the spread is printed either way.
+REPS = 20
 HOLD_S = 600.0
 PROBE_TIMEOUT = 90.0  # seconds an eformer path that cannot run gets before it is killed
 EFORMER = "eformer"
@@ -337,7 +340,7 @@ def _why(lines: list[str], timed_out: bool, took: float, rc: int | None) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=12, help="interleaved reps of each launch case")
+    ap.add_argument("--reps", type=int, default=REPS, help="interleaved reps of each launch case")
     ap.add_argument("--recovery-reps", type=int, default=3, help="reps of each recovery case (0: skip)")
     ap.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT)
     ap.add_argument("--smoke", action="store_true")
@@ -370,10 +373,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for kind, slices in order:
                 peers.idle()
                 tag = peers.tag(f"{kind}{slices}s")
-                got = getattr(peers, kind)(slices, tag)
+                with common.CpuTrace() as trace:
+                    got = getattr(peers, kind)(slices, tag)
                 if kind == EFORMER:
                     peers.drain()
                 got["all_running"], got["end_to_end"] = common.gang_times(got["t0"], marker_dir, tag, slices * peers.spec.hosts, got["done"])
+                got["cpu_running"] = trace.at(got["t0"] + got["all_running"]) - trace.at(got["t0"])
+                got["cpu_done"] = trace.at(got["done"]) - trace.at(got["t0"])
                 got["markers"] = common.marker_details(marker_dir, tag)
                 got["tag"] = tag
                 got["kind"], got["slices"], got["rep"] = kind, slices, i
@@ -513,12 +519,22 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
         print(f"{label:<56}" + "".join(cells))
     reused = {k: sum(1 for s in (1, 2) for r in launches.get((k, s), []) for m in r["markers"] if m["process_start"] < r["t0"]) for k in ("raw", "fray")}
     print(f"{'hosts that ran in a worker older than the launch (reused)':<56}" + "".join(f"{reused[k]:>10}" for k in ("raw", "fray")) + "   (raw, fray; all reps)")
-    per_host = [m["t"] - m["process_start"] for key in cols for r in launches.get(key, []) for m in r["markers"]]
-    if per_host:
-        for kind in ("raw", "fray"):
-            xs = [m["t"] - m["process_start"] for s in (1, 2) for r in launches.get((kind, s), []) for m in r["markers"]]
-            if xs:
-                print(f"{f'{kind}: host process created -> its function started (per host)':<56}{common.med_p90(xs)[0]:>10.3f}")
+    print("what each launch cost in CPU seconds (medians; load-independent, unlike the times above)")
+    cpu_rows = [
+        ("the machine (all processes), launch -> all hosts running", lambda r: [r["cpu_running"]] if "cpu_running" in r else []),
+        ("the machine (all processes), launch -> result back", lambda r: [r["cpu_done"]] if "cpu_done" in r else []),
+        ("a host process, created -> its function started", lambda r: [m["cpu"] for m in r["markers"] if "cpu" in m]),
+    ]
+    for label, get in cpu_rows:
+        cells = []
+        for key in cols:
+            vals = [v for r in launches.get(key, []) for v in get(r)]
+            cells.append(f"{common.med_p90(vals)[0]:>10.3f}" if vals else f"{'-':>10}")
+        print(f"{label:<56}" + "".join(cells))
+    for kind in ("raw", "fray"):
+        xs = [m["t"] - m["process_start"] for s in (1, 2) for r in launches.get((kind, s), []) for m in r["markers"]]
+        if xs:
+            print(f"{f'{kind}: host process created -> its function started (per host, s)':<56}{common.med_p90(xs)[0]:>10.3f}")
 
 
 def _ev(events: dict[str, dict[int, float]], run: dict[str, Any], state: int, agg: Any) -> float | None:

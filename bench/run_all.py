@@ -28,7 +28,6 @@ SCRIPTS = [  # (script, what it measures, needs ray); the first is the headline 
     ("runner_scale.py", "Runner at fleet scale (in-memory provider, fake clock)", False),
     ("local_backend.py", "Local backend vs multiprocessing", False),
     ("session_calls.py", "Held session calls vs fresh launches (local)", False),
-    ("ray_gang_launch.py", "Gang launch on Ray vs a hand-written placement group", True),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
     ("ray_session_calls.py", "Held session calls on Ray vs fresh launches and raw Ray tasks", True),
 ]
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
             "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
-            "(CI runs each script with `--smoke`; peers_ray.py only when the `bench` extra is installed).",
+            "(CI runs each script with `--smoke`; peers_ray.py without the `bench` extra reports eformer as not installed).",
             "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or one table with",
             "`python bench/<script>.py` (e.g. `python bench/peers_ray.py` for the headline table).",
             f"All scripts took {total:.0f} s; {load}. Timings of the Ray and local-backend figures move with",

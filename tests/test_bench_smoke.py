@@ -6,7 +6,6 @@ down on exit; they are marked ``ray``. Modules starting with ``_`` are helpers, 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,10 @@ SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "run_all.py" an
 PARAMS = [pytest.param(s, marks=[pytest.mark.ray] if s.startswith("ray_") or s == "peers_ray.py" else []) for s in SCRIPTS]
 
 
-#: scripts that need the optional ``bench`` extra (``pip install -e '.[bench]'``): skipped without it
-NEEDS_EXTRA = {"peers_ray.py": "eformer"}
-
-
 @pytest.mark.parametrize("script", PARAMS)
 def test_bench_script_smoke(script: str) -> None:
-    if script.startswith("ray_") or script in NEEDS_EXTRA:
+    if script.startswith("ray_") or script == "peers_ray.py":
         pytest.importorskip("ray")
-    if script in NEEDS_EXTRA and importlib.util.find_spec(NEEDS_EXTRA[script]) is None:  # find, not import: eformer pulls jax
-        pytest.skip(f"{script} compares with {NEEDS_EXTRA[script]}, which is not installed: pip install -e '.[bench]'")
     out = subprocess.run(
         [sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True, timeout=600, cwd=BENCH.parent
     )
