@@ -26,10 +26,16 @@ TPU_TYPE = "v4-16"  # 2 hosts x 4 chips per slice
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 
 
+def _self_stat() -> list[str]:
+    """Fields 3.. of ``/proc/self/stat`` (after the command name; the standard library only: host bodies
+    carry this module by value, and importing fray_core there would cost raw Ray's hosts too)."""
+    with open("/proc/self/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def process_start_time() -> float:
     """Wall time at which this process was created (from ``/proc``, 10 ms resolution)."""
-    with open("/proc/self/stat") as f:
-        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    ticks = int(_self_stat()[19])
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
@@ -38,8 +44,7 @@ def process_start_time() -> float:
 def process_cpu() -> float:
     """CPU seconds (user + system) this process has used since it was created (from ``/proc``, 10 ms
     resolution): on a host, what its start-up cost before the function ran, whatever the load."""
-    with open("/proc/self/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = _self_stat()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -136,15 +141,12 @@ class CpuTrace:
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-trace")
 
     def _run(self) -> None:
-        while True:
+        while not self._stop.wait(self.step):
             self.samples.append((time.time(), machine_cpu()))
-            if self._stop.wait(self.step):
-                break
 
     def __enter__(self) -> CpuTrace:
+        self.samples.append((time.time(), machine_cpu()))
         self._thread.start()
-        while not self.samples:
-            time.sleep(0.001)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -521,9 +521,9 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
     print(f"{'hosts that ran in a worker older than the launch (reused)':<56}" + "".join(f"{reused[k]:>10}" for k in ("raw", "fray")) + "   (raw, fray; all reps)")
     print("what each launch cost in CPU seconds (medians; load-independent, unlike the times above)")
     cpu_rows = [
-        ("the machine (all processes), launch -> all hosts running", lambda r: [r["cpu_running"]] if "cpu_running" in r else []),
-        ("the machine (all processes), launch -> result back", lambda r: [r["cpu_done"]] if "cpu_done" in r else []),
-        ("a host process, created -> its function started", lambda r: [m["cpu"] for m in r["markers"] if "cpu" in m]),
+        ("the machine (all processes), launch -> all hosts running", lambda r: [r["cpu_running"]]),
+        ("the machine (all processes), launch -> result back", lambda r: [r["cpu_done"]]),
+        ("a host process, created -> its function started", lambda r: [m["cpu"] for m in r["markers"]]),
     ]
     for label, get in cpu_rows:
         cells = []
