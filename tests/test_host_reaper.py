@@ -47,3 +47,39 @@ def test_what_a_host_started_is_killed_when_its_worker_dies_before_the_reaper_is
 
 def test_a_host_that_ends_normally_has_its_children_killed() -> None:
     run_worker_and_expect_its_child_killed(WORKER.replace("os._exit(0 if", "reaper.finish()\nos._exit(0 if"))
+
+
+def test_the_reaper_runs_at_the_lowest_cpu_priority() -> None:
+    # Its start-up and its final sweep must not compete with the start of the hosts beside it.
+    script = r"""
+import sys
+from fray_ray._host import _Reaper
+reaper = _Reaper()
+print(reaper.token, flush=True)
+sys.stdin.readline()
+reaper.finish()
+"""
+    worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        mark = f"FRAY_HOST_TOKEN={worker.stdout.readline().strip()}".encode()
+
+        def reaper_nice() -> int | None:
+            for d in os.listdir("/proc"):
+                if d.isdigit() and int(d) != worker.pid:
+                    try:
+                        with open(f"/proc/{d}/cmdline", "rb") as f:
+                            if mark not in f.read().split(b"\0"):
+                                continue
+                        with open(f"/proc/{d}/stat", "rb") as f:
+                            return int(f.read().rsplit(b")", 1)[1].split()[16])  # field 19: nice
+                    except (OSError, ValueError):
+                        continue
+            return None
+
+        assert wait_for(lambda: reaper_nice() == 19, timeout=20, what="the reaper to run at nice 19")
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        assert worker.wait(timeout=30) == 0
+    finally:
+        worker.kill()
