@@ -48,6 +48,7 @@ __all__ = [
     "HostOutcome",
     "HostOutcomeKind",
     "HostRun",
+    "Outcome",
     "RetryPolicy",
     "SliceLease",
     "SliceProvider",
@@ -104,6 +105,32 @@ class HostOutcome:
     error: str | None = None
 
 
+class Outcome(Protocol):
+    """What ``wait_any`` reports for a host that ended: a :class:`HostOutcome`, or any object with the
+    same four attributes. A provider whose :class:`HostRun` subclass records how the host ended may
+    report the run itself (``run`` returning ``self``), so a host costs one object, not two: the
+    in-memory provider does (``fray_core.testing.RunRecord``), for attempts of 16,000 hosts.
+
+    Example::
+
+        for o in provider.wait_any(runs, timeout=0.5):
+            if o.kind is HostOutcomeKind.SUCCEEDED:
+                results[o.run] = o.result
+    """
+
+    @property
+    def run(self) -> HostRun: ...
+
+    @property
+    def kind(self) -> HostOutcomeKind: ...
+
+    @property
+    def result(self) -> Any: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
 @runtime_checkable
 class SliceProvider(Protocol):
     """The substrate a backend implements for the runner. One provider instance serves one job.
@@ -112,8 +139,8 @@ class SliceProvider(Protocol):
       are given largest first). Raises :class:`~fray_core.errors.Unschedulable` at ``deadline`` (a value
       of ``time.monotonic()``-like clock the runner was given), with ``permanent=True`` when it can never fit.
     - ``start``: start every host of the slice with its env; never blocks on the user's code.
-    - ``wait_any``: the outcomes of runs that have ended, waiting up to ``timeout`` for at least one;
-      ``[]`` when none ended in time. A run is reported once.
+    - ``wait_any``: the outcomes (:class:`Outcome`) of runs that have ended, waiting up to ``timeout``
+      for at least one; ``[]`` when none ended in time. A run is reported once.
     - ``cancel``: stop these runs (kill the processes); their outcome becomes CANCELLED unless the host
       was already lost (PREEMPTED).
     - ``release``: give the slices back; idempotent, called on every path.
@@ -140,7 +167,7 @@ class SliceProvider(Protocol):
 
     def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]: ...
 
-    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]: ...
+    def wait_any(self, runs: list[HostRun], timeout: float) -> Sequence[Outcome]: ...
 
     def cancel(self, runs: list[HostRun]) -> None: ...
 
@@ -479,8 +506,8 @@ class GangRunner:
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
         results: dict[HostRun, Any] = {}
         pending = set(runs)
-        first_bad: HostOutcome | None = None
-        preempted: HostOutcome | None = None
+        first_bad: Outcome | None = None
+        preempted: Outcome | None = None
         # hosts not known to have started; a provider that cannot tell counts them started now
         not_started = set(runs) if hasattr(self.provider, "started_runs") else set()
         start_deadline = self.clock() + self.policy.host_start_timeout
@@ -521,9 +548,11 @@ class GangRunner:
                     None,
                 )
             ended: set[HostRun] = set()
+            track = bool(not_started)  # an ended host had started; the set is needed only until all have
             for o in self.provider.wait_any(list(pending), self.policy.poll_interval):
                 pending.discard(o.run)
-                ended.add(o.run)
+                if track:
+                    ended.add(o.run)
                 if o.kind is HostOutcomeKind.SUCCEEDED:
                     results[o.run] = o.result
                 elif first_bad is None:
@@ -534,9 +563,9 @@ class GangRunner:
                 self._note_started(attempt, len(runs), not_started, ended)
         if first_bad is None:
             return AttemptOutcome.SUCCEEDED, None, [results[r] for r in _in_host_order(runs)]
-        for o in self._cancel_and_drain(runs, pending):
-            if o.kind is HostOutcomeKind.PREEMPTED and preempted is None:
-                preempted = o
+        lost = self._cancel_and_drain(runs, pending)
+        if preempted is None:
+            preempted = lost
         if self.stopped:
             return AttemptOutcome.CANCELLED, "terminated", None
         cause = _describe(first_bad)
@@ -575,26 +604,27 @@ class GangRunner:
 
     def _cancel_and_drain(
         self, runs: list[HostRun], pending: set[HostRun], grace: float | None = None
-    ) -> list[HostOutcome]:
+    ) -> Outcome | None:
         """Cancel the still-running hosts and collect how they ended, for at most ``cancel_grace``
-        (after a graceful stop's ``grace``, which a provider that supports it gives the hosts)."""
+        (after a graceful stop's ``grace``, which a provider that supports it gives the hosts); returns
+        the first of them that was lost (PREEMPTED) rather than cancelled, if any."""
         if not pending:
-            return []
+            return None
         if grace is not None and _accepts_grace(self.provider.cancel):
             self.provider.cancel(list(pending), grace=grace)  # type: ignore[call-arg]
         else:
             self.provider.cancel(list(pending))
-        out: list[HostOutcome] = []
+        lost: Outcome | None = None
         deadline = self.clock() + self.policy.cancel_grace + (grace or 0.0)
         while pending:
             remaining = deadline - self.clock()
             if remaining <= 0:
                 break
-            got = self.provider.wait_any(list(pending), min(self.policy.poll_interval, remaining))
-            for o in got:
+            for o in self.provider.wait_any(list(pending), min(self.policy.poll_interval, remaining)):
                 pending.discard(o.run)
-                out.append(o)
-        return out
+                if lost is None and o.kind is HostOutcomeKind.PREEMPTED:
+                    lost = o
+        return lost
 
 
 def _accepts_grace(cancel: Callable[..., None]) -> bool:
@@ -619,7 +649,7 @@ def _where(run: HostRun) -> str:
     return f"slice {run.slice_index} ({run.lease.name}) host {run.host_index}"
 
 
-def _describe(o: HostOutcome) -> str:
+def _describe(o: Outcome) -> str:
     return f"{o.kind.value.lower()} on {_where(o.run)}: {o.error or 'no error text'}"
 
 

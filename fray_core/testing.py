@@ -40,7 +40,7 @@ import attrs
 from fray_core.clock import FakeClock, HorizonExceeded, Timer
 from fray_core.errors import Unschedulable
 from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
-from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.runner import HostOutcomeKind, HostRun, SliceLease
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 
@@ -172,7 +172,8 @@ class RunRecord(HostRun):
     ``lease`` is the slice's :class:`SliceLease` (``lease_record`` its :class:`LeaseRecord`); ``state``
     is ``"running"`` or ``"ended"``; ``kind`` how it ended (CANCELLED when cancelled while running);
     ``reported`` whether ``wait_any`` handed its outcome to the caller; ``cancelled`` whether ``cancel``
-    was called on it.
+    was called on it. Once ended it is its own :class:`~fray_core.runner.Outcome` (``run`` is itself):
+    ``wait_any`` reports the record, not a copy.
     """
 
     # One object per host (not a HostRun plus a record that point at each other): at 16,000 hosts per
@@ -203,6 +204,11 @@ class RunRecord(HostRun):
         self.started_at = now
         self.ended_at: float | None = None
         self.report_seq: int | None = None  # order in which wait_any reported it
+
+    @property
+    def run(self) -> RunRecord:
+        """The run itself: an ended :class:`RunRecord` is its own :class:`~fray_core.runner.Outcome`."""
+        return self
 
     @property
     def lease_record(self) -> LeaseRecord:
@@ -302,8 +308,9 @@ class InMemorySliceProvider:
         self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
         self._last_acquired: list[LeaseRecord] = []
         self._held: dict[LeaseRecord, None] = {}
-        self._running: dict[RunRecord, None] = {}
         self._ready: dict[RunRecord, None] = {}  # ended, not yet reported
+        self._due_at: dict[float, list[RunRecord]] = {}  # end time -> hosts due then, in start order
+        self._fire_due = self._due_all  # one bound method for every clock event
         self._groups = itertools.count()
         self._vm_serial = itertools.count(1)
         self._report_seq = itertools.count()
@@ -518,16 +525,15 @@ class InMemorySliceProvider:
         clock = self.clock
         now = clock.now()
         new: list[RunRecord] = []
-        running = self._running
         lost = rec.preempted  # the slice went away between acquire and start
-        # One clock event per distinct end time of this slice's hosts (not one per host): hosts due at the
-        # same instant end in host order, exactly as separate events pushed in that order would.
-        due: dict[float, list[RunRecord]] = {}
+        # One clock event per distinct end time (not one per host, nor per slice): hosts due at the same
+        # instant join one group and end in start order, as separate events pushed in that order would.
+        due = self._due_at
+        push = clock._push
         for h, env in enumerate(env_per_host):
             plan = self._script_for(attempt, s, h)
             host = RunRecord(lease, attempt, job_id, s, h, env if self.record else None, plan, now)  # type: ignore[arg-type]
             new.append(host)
-            running[host] = None
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
             elif faulty and self._ended_by(host, host_fate(fl, h)):  # type: ignore[arg-type]
@@ -537,11 +543,8 @@ class InMemorySliceProvider:
                 group = due.get(when)
                 if group is None:
                     due[when] = group = []
+                    push(when, self._fire_due, when)
                 group.append(host)
-        push = clock._push
-        due_all = InMemorySliceProvider._due_all  # (a plain function: no bound method per event)
-        for when, group in due.items():
-            push(when, due_all, self, group)
         rec.runs.extend(new)
         self.hosts_started += len(new)
         if self.record:
@@ -574,8 +577,8 @@ class InMemorySliceProvider:
             return True
         return False
 
-    def _due_all(self, hosts: list[RunRecord]) -> None:
-        for host in hosts:
+    def _due_all(self, when: float) -> None:
+        for host in self._due_at.pop(when):
             self._due(host)
 
     def _due(self, host: RunRecord) -> None:
@@ -607,11 +610,12 @@ class InMemorySliceProvider:
         host.result = result
         host.error = error
         host.ended_at = self.clock.now()
-        del self._running[host]
         if not host.reported:
             self._ready[host] = None
 
-    def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
+    def wait_any(self, runs: list[HostRun], timeout: float) -> list[RunRecord]:
+        """The runs among ``runs`` that ended, as their own outcomes (a :class:`RunRecord` carries
+        ``kind``/``result``/``error``); advances the fake clock up to ``timeout`` for at least one."""
         clock = self.clock
         deadline = clock.now() + max(0.0, timeout)
         idled = False
@@ -623,13 +627,11 @@ class InMemorySliceProvider:
                 got = [h for h in self._ready if h in wanted]
                 if got:
                     ready = self._ready
-                    out = []
                     for h in got:
                         del ready[h]
                         h.reported = True
                         h.report_seq = next(self._report_seq)
-                        out.append(HostOutcome(h, h.kind, h.result, h.error))  # type: ignore[arg-type]
-                    return out
+                    return got
             if self.on_idle is not None and not idled:
                 idled = True
                 self.on_idle(self)
@@ -655,7 +657,7 @@ class InMemorySliceProvider:
 
     def running_runs(self) -> list[HostRun]:
         """The host runs still running, in start order."""
-        return list(self._running)
+        return [h for rec in self._held for h in rec.runs if h.state == "running"]
 
     def held_leases(self) -> list[SliceLease]:
         """The leases acquired and not yet released."""
@@ -747,7 +749,7 @@ class InMemorySliceProvider:
         out = list(self.violations)
         for rec in self._held:
             out.append(f"lease {rec.lease.name} (attempt {rec.attempt}) was acquired and never released")
-        for host in self._running:
+        for host in self.running_runs():
             out.append(
                 f"attempt {host.attempt}: slice {host.slice_index} ({host.lease.name}) host "
                 f"{host.host_index} is still running"

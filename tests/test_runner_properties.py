@@ -700,6 +700,24 @@ def test_cpu_gang_is_one_pseudo_slice() -> None:
 # --------------------------------------------------------------------------------- the helpers themselves
 
 
+def test_provider_reports_each_run_as_its_own_outcome_in_start_order() -> None:
+    """wait_any hands back the runs start() gave (one object per host, no copy), carrying how each ended;
+    hosts of different slices due at the same instant end in the order they were started."""
+    clock = FakeClock()
+    p = InMemorySliceProvider({"v4-16": 2}, clock, script=lambda a, s, h: "FAILED" if (s, h) == (1, 0) else "SUCCEEDED")
+    leases = p.acquire(ResourceConfig.with_tpu("v4-16", slice_count=2), [2], 0.0)
+    runs = [r for s, lease in enumerate(leases)
+            for r in p.start(lease, [{"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": str(s)}] * 2, ENTRY)]  # fmt: skip
+    assert p.running_runs() == runs
+    out = p.wait_any(list(reversed(runs)), 5.0)
+    assert out == runs and all(o.run is o for o in out)  # same objects, in start (= end) order
+    assert [o.kind for o in out] == [HostOutcomeKind.SUCCEEDED] * 2 + [HostOutcomeKind.FAILED, HostOutcomeKind.SUCCEEDED]
+    assert out[0].result == (0, 0, 0) and out[2].error.startswith("RuntimeError: scripted failure")
+    assert p.wait_any(runs, 1.0) == [] and p.running_runs() == []  # each run is reported once
+    p.release(leases)
+    p.check()
+
+
 def test_provider_reports_a_runner_that_breaks_the_rules() -> None:
     """The checks above rely on the provider noticing leaks; make sure it does."""
     clock = FakeClock()
