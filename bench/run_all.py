@@ -69,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sections, failed = [], []
     load_before, t_all = os.getloadavg(), time.perf_counter()
-    # The pure-Python scripts run first, before any Ray cluster has loaded the machine: in one run right
-    # after peers_ray, runner_scale's per-pair CPU ratios spread over 7-15x (no Ray process was left; the
-    # cause was not found), against 10.4-11.7x in every run on a quiet machine. The report keeps SCRIPTS' order.
-    for script, title, _needs_ray in sorted(SCRIPTS, key=lambda s: s[2]):
+    for script, title, _needs_ray in SCRIPTS:
         if args.only and script not in args.only:
             continue
         path = HERE / script
@@ -89,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
             text += f"\n[exit code {out.returncode}]\n{out.stderr.strip()[-2000:]}"
         print(f"== {script} ({dt:.1f} s)\n{text}\n", flush=True)
         sections.append((title, script, text, dt))
-    order = [script for script, _title, _ray in SCRIPTS]
-    sections.sort(key=lambda sec: order.index(sec[1]))
     total, load_after = time.perf_counter() - t_all, os.getloadavg()
     load = f"load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} before, " + "/".join(f"{x:.1f}" for x in load_after) + " after"
     print(f"all benchmarks: {total:.0f} s; {load}")
