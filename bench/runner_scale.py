@@ -383,7 +383,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"goal full size: < 2 s -> {b['seconds']:.2f} s wall, {b['cpu']:.2f} s CPU ({'met' if b['seconds'] < 2 else 'MISSED'}); "
         f"< 300 MB -> {mb:.0f} MB ({'met' if mb < 300 else 'MISSED'})"
     )
-    sm["attempts_scaling"] = {k: sl[k] for k in ("work", "ratio", "ratio_range", "ratio_min", "ratio_wall", "ratio_nogc")}
     if args.profile:
         run_child(args, big, profile=args.profile)
         print(f"profile of one full-size run written to {args.profile}")
