@@ -81,7 +81,7 @@ class SliceLease:
     handle: Any = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, weakref_slot=False)  # no weak references to runs: one word less per host
 class HostRun:
     """One host's process of one attempt, as the provider started it; ``handle`` is the provider's own.
 

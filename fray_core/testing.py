@@ -133,7 +133,7 @@ class LeaseRecord:
 
     __slots__ = (
         "lease", "fleet_lease", "slice", "incarnation", "runs", "released", "acquired_at", "released_at",
-        "attempt", "group", "counts", "free_before", "lost",
+        "attempt", "job_id", "started_at", "group", "counts", "free_before", "lost",
     )  # fmt: skip
 
     def __init__(
@@ -147,7 +147,9 @@ class LeaseRecord:
         self.released = 0
         self.acquired_at = now
         self.released_at: float | None = None
-        self.attempt: int | None = None
+        self.attempt: int | None = None  # these three are set by start()
+        self.job_id = ""
+        self.started_at: float | None = None
         self.group = group
         self.counts = counts
         self.free_before = free_before
@@ -171,39 +173,32 @@ class RunRecord(HostRun):
 
     ``lease`` is the slice's :class:`SliceLease` (``lease_record`` its :class:`LeaseRecord`); ``state``
     is ``"running"`` or ``"ended"``; ``kind`` how it ended (CANCELLED when cancelled while running);
-    ``reported`` whether ``wait_any`` handed its outcome to the caller; ``cancelled`` whether ``cancel``
-    was called on it. Once ended it is its own :class:`~fray_core.runner.Outcome` (``run`` is itself):
-    ``wait_any`` reports the record, not a copy.
+    ``reported`` whether ``wait_any`` handed its outcome to the caller (``report_seq``: in which order);
+    ``cancelled`` whether ``cancel`` was called on it. Once ended it is its own
+    :class:`~fray_core.runner.Outcome` (``run`` is itself): ``wait_any`` reports the record, not a copy.
     """
 
-    # One object per host (not a HostRun plus a record that point at each other): at 16,000 hosts per
-    # attempt, every collector-tracked object per host shows in the cyclic collector's time
-    # (bench/runner_scale.py, bench/NOTES.md).
-    __slots__ = (
-        "attempt", "job_id", "env", "script", "state", "kind", "result", "error", "reported", "cancelled",
-        "started_at", "ended_at", "report_seq",
-    )  # fmt: skip
+    # One object per host, in as few words as the simulation allows: at 16,000 hosts per attempt the
+    # records outgrow the CPU's L2 cache and are walked by the cyclic collector, so every slot shows in
+    # the runner's time (bench/runner_scale.py, bench/NOTES.md). What is the same for every host of a
+    # slice (attempt, job, start time) lives on the slice's LeaseRecord; state and reported are derived.
+    __slots__ = ("env", "script", "kind", "result", "error", "cancelled", "ended_at", "report_seq")
 
     def __init__(
-        self, lease: SliceLease, attempt: int, job_id: str, s: int, h: int, env: dict[str, str], script: HostScript, now: float
+        self, lease: SliceLease, s: int, h: int, env: dict[str, str] | None, script: HostScript
     ) -> None:
         self.lease = lease
         self.slice_index = s
         self.host_index = h
         self.handle = None
-        self.attempt = attempt
-        self.job_id = job_id
         self.env = env
         self.script = script
-        self.state = "running"
-        self.kind: HostOutcomeKind | None = None
+        self.kind: HostOutcomeKind | None = None  # None while running
         self.result: Any = None
         self.error: str | None = None
-        self.reported = False
         self.cancelled = False
-        self.started_at = now
         self.ended_at: float | None = None
-        self.report_seq: int | None = None  # order in which wait_any reported it
+        self.report_seq: int | None = None  # order in which wait_any reported it; None until it did
 
     @property
     def run(self) -> RunRecord:
@@ -213,6 +208,28 @@ class RunRecord(HostRun):
     @property
     def lease_record(self) -> LeaseRecord:
         return self.lease.handle  # type: ignore[no-any-return]
+
+    @property
+    def attempt(self) -> int:
+        """The attempt index the runner gave the host (its ``FRAY_ATTEMPT``; -1 if none)."""
+        return self.lease.handle.attempt  # type: ignore[no-any-return]
+
+    @property
+    def job_id(self) -> str:
+        return self.lease.handle.job_id  # type: ignore[no-any-return]
+
+    @property
+    def started_at(self) -> float:
+        return self.lease.handle.started_at  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> str:
+        """``"running"`` or ``"ended"``."""
+        return "running" if self.kind is None else "ended"
+
+    @property
+    def reported(self) -> bool:
+        return self.report_seq is not None
 
     def __repr__(self) -> str:
         kind = self.kind.value if self.kind else "-"
@@ -450,8 +467,8 @@ class InMemorySliceProvider:
             self._held.pop(rec, None)
             ready = self._ready
             for host in rec.runs:
-                if not host.reported and not host.cancelled:
-                    if host.state == "running":
+                if host.report_seq is None and not host.cancelled:
+                    if host.kind is None:
                         what = "was still running"
                     else:
                         what = f"had ended ({host.kind.value if host.kind else '?'}) but was never reported"
@@ -459,7 +476,7 @@ class InMemorySliceProvider:
                         f"attempt {host.attempt}: slice {host.slice_index} ({lease.name}) host {host.host_index} "
                         f"{what} when its slice was released, and was not cancelled"
                     )
-                if host.state == "running":  # keep the books straight: the host is gone with the slice
+                if host.kind is None:  # still running; keep the books straight: the host is gone with the slice
                     self._end(host, HostOutcomeKind.CANCELLED)
                 if ready:
                     ready.pop(host, None)
@@ -510,11 +527,13 @@ class InMemorySliceProvider:
             self.violations.append(f"start() on {lease.name} after it was released")
         if len(env_per_host) != lease.hosts:
             self.violations.append(f"start() on {lease.name} got {len(env_per_host)} envs for {lease.hosts} hosts")
+        if rec.started_at is not None:
+            self.violations.append(f"start() on {lease.name} called again (a lease's hosts start once)")
         first = env_per_host[0] if env_per_host else {}
         attempt = int(first.get("FRAY_ATTEMPT", -1))
         s = int(first.get("FRAY_SLICE_ID", 0))
-        job_id = first.get("FRAY_JOB_ID", "")
         rec.attempt = attempt
+        rec.job_id = first.get("FRAY_JOB_ID", "")
         fl = rec.fleet_lease
         if fl is not None and self._armed_group != rec.group:
             # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
@@ -523,7 +542,7 @@ class InMemorySliceProvider:
         host_fate = self.fleet.host_fate
         faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
         clock = self.clock
-        now = clock.now()
+        now = rec.started_at = clock.now()
         new: list[RunRecord] = []
         lost = rec.preempted  # the slice went away between acquire and start
         # One clock event per distinct end time (not one per host, nor per slice): hosts due at the same
@@ -532,7 +551,7 @@ class InMemorySliceProvider:
         push = clock._push
         for h, env in enumerate(env_per_host):
             plan = self._script_for(attempt, s, h)
-            host = RunRecord(lease, attempt, job_id, s, h, env if self.record else None, plan, now)  # type: ignore[arg-type]
+            host = RunRecord(lease, s, h, env if self.record else None, plan)  # type: ignore[arg-type]
             new.append(host)
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
@@ -582,7 +601,7 @@ class InMemorySliceProvider:
             self._due(host)
 
     def _due(self, host: RunRecord) -> None:
-        if host.state != "running":
+        if host.kind is not None:  # ended already
             return
         plan = host.script
         kind = plan.kind
@@ -605,12 +624,11 @@ class InMemorySliceProvider:
         )
 
     def _end(self, host: RunRecord, kind: HostOutcomeKind, result: Any = None, error: str | None = None) -> None:
-        host.state = "ended"
         host.kind = kind
         host.result = result
         host.error = error
         host.ended_at = self.clock.now()
-        if not host.reported:
+        if host.report_seq is None:
             self._ready[host] = None
 
     def wait_any(self, runs: list[HostRun], timeout: float) -> list[RunRecord]:
@@ -629,7 +647,6 @@ class InMemorySliceProvider:
                     ready = self._ready
                     for h in got:
                         del ready[h]
-                        h.reported = True
                         h.report_seq = next(self._report_seq)
                     return got
             if self.on_idle is not None and not idled:
@@ -650,14 +667,14 @@ class InMemorySliceProvider:
         for run in runs:
             host: RunRecord = run  # type: ignore[assignment]
             host.cancelled = True
-            if host.state == "running":
+            if host.kind is None:
                 self._end(host, HostOutcomeKind.CANCELLED)
 
     # ------------------------------------------------------------------------------ driving it
 
     def running_runs(self) -> list[HostRun]:
         """The host runs still running, in start order."""
-        return [h for rec in self._held for h in rec.runs if h.state == "running"]
+        return [h for rec in self._held for h in rec.runs if h.kind is None]
 
     def held_leases(self) -> list[SliceLease]:
         """The leases acquired and not yet released."""
@@ -687,7 +704,7 @@ class InMemorySliceProvider:
         rec.lost = True
         err = f"Preempted: slice {rec.lease.name} was preempted"
         for host in rec.runs:
-            if host.state == "running":
+            if host.kind is None:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=err)
 
     def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:

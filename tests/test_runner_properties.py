@@ -709,8 +709,11 @@ def test_provider_reports_each_run_as_its_own_outcome_in_start_order() -> None:
     runs = [r for s, lease in enumerate(leases)
             for r in p.start(lease, [{"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": str(s)}] * 2, ENTRY)]  # fmt: skip
     assert p.running_runs() == runs
+    assert [(r.state, r.reported, r.attempt, r.started_at, r.kind) for r in runs] == [("running", False, 0, 0.0, None)] * 4
     out = p.wait_any(list(reversed(runs)), 5.0)
     assert out == runs and all(o.run is o for o in out)  # same objects, in start (= end) order
+    assert all(r.state == "ended" and r.reported and r.ended_at == 1.0 for r in runs)
+    assert [r.report_seq for r in runs] == sorted(r.report_seq for r in runs)
     assert [o.kind for o in out] == [HostOutcomeKind.SUCCEEDED] * 2 + [HostOutcomeKind.FAILED, HostOutcomeKind.SUCCEEDED]
     assert out[0].result == (0, 0, 0) and out[2].error.startswith("RuntimeError: scripted failure")
     assert p.wait_any(runs, 1.0) == [] and p.running_runs() == []  # each run is reported once
@@ -727,9 +730,12 @@ def test_provider_reports_a_runner_that_breaks_the_rules() -> None:
     env = [{"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": "0"}, {"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": "0"}]
     runs = p.start(leases[0], env, ENTRY)
     assert p.wait_any(runs, 5.0) == [] and clock.now() == 5.0  # hung hosts: the clock moved, no sleep
+    p.start(leases[1], env, ENTRY)
+    p.start(leases[1], env, ENTRY)
     p.release(leases)
     p.release(leases[:1])
     probs = p.problems()
+    assert any("called again" in x for x in probs)
     assert any("was still running when its slice was released" in x for x in probs)
     assert any("released 2 times" in x for x in probs)
     with pytest.raises(AssertionError):
