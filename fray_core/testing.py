@@ -471,7 +471,7 @@ class InMemorySliceProvider:
                     if host.kind is None:
                         what = "was still running"
                     else:
-                        what = f"had ended ({host.kind.value if host.kind else '?'}) but was never reported"
+                        what = f"had ended ({host.kind.value}) but was never reported"
                     self.violations.append(
                         f"attempt {host.attempt}: slice {host.slice_index} ({lease.name}) host {host.host_index} "
                         f"{what} when its slice was released, and was not cancelled"
