@@ -336,6 +336,9 @@ def fake_tpu_cluster(
     dead after 4 missed checks. ``None`` keeps Ray's default (3 s x 5, about 15 s), as on a real cluster;
     tests use 1 s so that a slice lost before its hosts run is detected sooner.
 
+    Ray's idle worker pool is off (``num_workers_soft_limit`` 0): every node shares this machine's cores, so
+    a worker Ray prestarts on the head slows the emulated hosts, which on a real cluster it would not.
+
     >>> with fake_tpu_cluster({"v4-16": 2}) as fake:  # doctest: +SKIP
     ...     fake.cluster.wait(fake.cluster.launch(request), timeout=300)
     """
@@ -346,14 +349,25 @@ def fake_tpu_cluster(
 
     if ray.is_initialized():
         raise RuntimeError("fake_tpu_cluster: this process is already connected to Ray; call ray.shutdown() first")
-    head_args: dict[str, Any] = {"num_cpus": head_cpus, "memory": 16 * _GIB, "object_store_memory": 200 * 1024 * 1024}
+    # No idle worker pool: a raylet that gets a lease request with a backlog (a driver submitting two host
+    # tasks of one shape) prestarts workers for it up to its soft limit (its CPUs), even when the task can
+    # only run elsewhere: the head started a worker for every hand-written launch, which competed with the
+    # hosts for this machine's cores (on a real cluster it costs the head's own) and then sat idle until the
+    # next actor took it. With a soft limit of 0 workers start on demand only and idle ones exit after 1 s.
+    system_config: dict[str, Any] = {"num_workers_soft_limit": 0}
     if health_check_period is not None:
         period_ms = int(health_check_period * 1000)
-        head_args["_system_config"] = {
-            "health_check_period_ms": period_ms,
-            "health_check_timeout_ms": 2 * period_ms,
-            "health_check_failure_threshold": 4,
-        }
+        system_config.update(
+            health_check_period_ms=period_ms,
+            health_check_timeout_ms=2 * period_ms,
+            health_check_failure_threshold=4,
+        )
+    head_args: dict[str, Any] = {
+        "num_cpus": head_cpus,
+        "memory": 16 * _GIB,
+        "object_store_memory": 200 * 1024 * 1024,
+        "_system_config": system_config,
+    }
     rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address, state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"))
     try:

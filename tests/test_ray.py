@@ -27,6 +27,7 @@ from fray_ray._host import gce_preempted  # noqa: E402
 from fray_ray.provider import PREEMPTION_ERRORS  # noqa: E402
 from fray_ray.supervisor import SUPERVISOR_PREFIX  # noqa: E402
 from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 TPU = "v4-16"
 
@@ -142,6 +143,16 @@ def test_non_preemptible_work_runs_on_the_head_node(ray_tpu_cluster: Any) -> Non
     req = JobRequest(name="head", entrypoint=Entrypoint(callable=node_id), resources=ResourceConfig(preemptible=False, replicas=2))
     info = cluster.wait(cluster.launch(req), timeout=120, raise_on_failure=True)
     assert info.result == [head, head]
+
+
+def test_the_emulated_cluster_keeps_no_idle_ray_workers(ray_tpu_cluster: Any) -> None:
+    """Every emulated node shares this machine's cores, so fake_tpu_cluster turns Ray's idle worker pool
+    off: with it, the head prestarted a worker for each driver-submitted gang (bench/NOTES.md) and kept
+    finished ones; here a finished task's worker is gone within seconds (Ray's default keeps it)."""
+    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    strategy = NodeAffinitySchedulingStrategy(head, soft=False)
+    pid = ray.get(ray.remote(num_cpus=1)(lambda: os.getpid()).options(scheduling_strategy=strategy).remote(), timeout=60)
+    wait_for(lambda: not pid_alive(pid), timeout=10, what=f"the idle worker {pid} on the head to exit")
 
 
 def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> None:
