@@ -5,7 +5,8 @@
     pip install -e '.[bench]'              # eformer==0.0.101 (pulls jax, ~1 GB)
 
 The cluster: ``fray_ray.testing.fake_tpu_cluster({"v4-16": 2})``, 2 slices x 2 hosts, each host its own
-raylet on this machine. The host function is trivial (it writes a start marker and returns). Figures use
+raylet on this machine, Ray's idle worker pool off (with it, the head started a worker for raw's launches
+only, which slowed raw's hosts here and not on a real cluster: bench/NOTES.md). The host function is trivial (it writes a start marker and returns). Figures use
 THE gang-launch measure of ``bench/_ray_common.py``: "all hosts running" = launch call -> the last host's
 function started; "end to end" = launch call -> every host's result back in the caller.
 
