@@ -6,9 +6,10 @@
 
 The cluster: ``fray_ray.testing.fake_tpu_cluster({"v4-16": 2})``, 2 slices x 2 hosts, each host its own
 raylet on this machine, Ray's idle worker pool off (with it, the head started a worker for raw's launches
-only, which slowed raw's hosts here and not on a real cluster: bench/NOTES.md). The host function is trivial (it writes a start marker and returns). Figures use
-THE gang-launch measure of ``bench/_ray_common.py``: "all hosts running" = launch call -> the last host's
-function started; "end to end" = launch call -> every host's result back in the caller.
+only, which slowed raw's hosts here and not on a real cluster: bench/NOTES.md). The host function is
+trivial (it writes a start marker and returns). Figures use THE gang-launch measure of
+``bench/_ray_common.py``: "all hosts running" = launch call -> the last host's function started; "end to
+end" = launch call -> every host's result back in the caller.
 
 Who does what:
 - raw: a placement group per slice (a ``{"TPU": 4}`` bundle per host, label selector on the slice name,

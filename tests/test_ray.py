@@ -42,6 +42,11 @@ def hold(marker_dir: str) -> str:
     return os.environ["TPU_NAME"]
 
 
+def head_node_id() -> str:
+    """The emulated cluster's head node (not a TPU host)."""
+    return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+
+
 def started(marker_dir: Path, attempt: int) -> int:
     return len(list(marker_dir.glob(f"started-a{attempt}-*")))
 
@@ -139,7 +144,7 @@ def test_job_context_runs_ray_tasks_and_actors_inside_a_job(ray_tpu_cluster: Any
 
 def test_non_preemptible_work_runs_on_the_head_node(ray_tpu_cluster: Any) -> None:
     cluster = ray_tpu_cluster.cluster
-    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    head = head_node_id()
     req = JobRequest(name="head", entrypoint=Entrypoint(callable=node_id), resources=ResourceConfig(preemptible=False, replicas=2))
     info = cluster.wait(cluster.launch(req), timeout=120, raise_on_failure=True)
     assert info.result == [head, head]
@@ -149,7 +154,7 @@ def test_the_emulated_cluster_keeps_no_idle_ray_workers(ray_tpu_cluster: Any) ->
     """Every emulated node shares this machine's cores, so fake_tpu_cluster turns Ray's idle worker pool
     off: with it, the head prestarted a worker for each driver-submitted gang (bench/NOTES.md) and kept
     finished ones; here a finished task's worker is gone within seconds (Ray's default keeps it)."""
-    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    head = head_node_id()
     strategy = NodeAffinitySchedulingStrategy(head, soft=False)
     pid = ray.get(ray.remote(num_cpus=1)(lambda: os.getpid()).options(scheduling_strategy=strategy).remote(), timeout=60)
     wait_for(lambda: not pid_alive(pid), timeout=10, what=f"the idle worker {pid} on the head to exit")
