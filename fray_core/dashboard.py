@@ -254,6 +254,10 @@ function age(s) { s = Math.max(0, Math.floor(s)); return s < 60 ? s + "s" : s < 
 function dur(s) { return s == null ? "-" : s < 60 ? s.toFixed(1) + "s" : Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s"; }
 function goodput(j) { const g = j.goodput; if (!g) return "-";
   if (j.status === "STOPPED") return "- (stopped)"; return Math.round(g.ratio * 100) + "%"; }
+function errorLine(j) {  // a backend's error can end on "last output:" with the output in the attempt's cause
+  const e = j.error || "", a = j.attempts[j.attempts.length - 1], tail = ((a && a.cause) || "").trim().split("\n");
+  return e.trim().endsWith(":") && tail.length > 1 ? e.trim() + " " + tail[tail.length - 1].trim() : e;
+}
 function badge(status) { return el("span", {class: "status s-" + status}, status); }
 async function getJSON(url) { const r = await fetch(url, {cache: "no-store"}); if (!r.ok) throw new Error((await r.json()).error || r.statusText); return r.json(); }
 function stamp() { document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() + " (live)"; }
@@ -277,7 +281,7 @@ function listView() {
       el("td", {class: "mono"}, el("a", {href: "/job/" + encodeURIComponent(j.job_id)}, j.job_id)),
       el("td", {}, j.name), el("td", {}, badge(j.status)), el("td", {}, age(now - j.submitted_at)),
       el("td", {}, j.attempts.length), el("td", {}, j.preemptions + "/" + j.failures), el("td", {}, goodput(j)),
-      el("td", {class: "reason"}, j.pending_reason || (j.status === "FAILED" ? (j.error || "") : ""))));
+      el("td", {class: "reason"}, j.pending_reason || (j.status === "FAILED" ? errorLine(j) : ""))));
     table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 8, class: "muted"}, "no jobs"))]));
     stamp();
   }
@@ -327,7 +331,7 @@ function jobView() {
     const fields = [["status", badge(j.status)], ["name", j.name], ["kind", j.kind], ["backend", j.backend],
       ["submitted", new Date(j.submitted_at * 1000).toLocaleString()],
       ["finished", j.finished_at ? new Date(j.finished_at * 1000).toLocaleString() : "-"],
-      ["progress", j.progress || "-"], ["pending", j.pending_reason || "-"], ["error", j.error || "-"],
+      ["progress", j.progress || "-"], ["pending", j.pending_reason || "-"], ["error", errorLine(j) || "-"],
       ["retries", `preemptions ${j.preemptions} of ${j.max_retries_preemption}, failures ${j.failures} of ${j.max_retries_failure}`],
       ["goodput", j.goodput ? goodput(j) + ` (productive ${j.goodput.productive_s.toFixed(1)}s, pending ${j.goodput.pending_s.toFixed(1)}s, lost ${j.goodput.lost_s.toFixed(1)}s)` : "-"]];
     const dl = el("dl", {id: "fields"}); for (const [k, v] of fields) dl.append(el("dt", {}, k), el("dd", {"data-field": k}, v));
