@@ -6,7 +6,6 @@ a subprocess where a real job or the console script matters (the ``Fray`` runner
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -15,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import JOBS_MOD, Fray, launched_id
+from test_cli import JOBS_MOD, Fray
 
 from fray_core.cli import main
 from fray_core.cli.launch import build_request, default_name
 from fray_core.cli.live import status_line
-from fray_core.cli.output import describe_error, describe_goodput
+from fray_core.cli.output import describe_error
 from fray_core.records import JobStore, owner_info
 from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo, JobStatus
 
@@ -98,7 +97,7 @@ def test_status_goodput_is_said_once(jobs: JobStore, capsys: pytest.CaptureFixtu
                        attempts=[_attempt(0, AttemptOutcome.SUCCEEDED)], goodput=Goodput(1.0, 7.1, 1.9)), owner=owner_info())
     assert main(["status", "done-1"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^goodput +71% \(productive 7.1s, pending 1.0s, lost 1.9s\)$", out, re.M), out
+    assert re.search(r"^goodput +71% \(productive 7.1s, pending 1.0s, lost 1.9s\)$", out, re.MULTILINE), out
     assert "goodput goodput" not in out
 
 
@@ -109,8 +108,8 @@ def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: p
     assert main(["status", "stopped-1"]) == 0
     out = capsys.readouterr().out
     assert "error" not in out and "0%" not in out, out
-    assert re.search(r"^stopped +on request", out, re.M), out
-    assert re.search(r"^goodput +- \(stopped before it finished: ran 8.0s, pending 2.0s\)$", out, re.M), out
+    assert re.search(r"^stopped +on request", out, re.MULTILINE), out
+    assert re.search(r"^goodput +- \(stopped before it finished: ran 8.0s, pending 2.0s\)$", out, re.MULTILINE), out
 
 
 def test_failure_message_carries_the_last_output() -> None:
@@ -213,8 +212,7 @@ def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) ->
     _plant_log(jobs, "big-1", [])
     block = "".join(f"[a0 r{i % 2}] {'x' * 90} {i}\n" for i in range(10_000)).encode()  # ~1 MB
     with open(jobs.log_path("big-1"), "wb") as f:
-        for _ in range(80):
-            f.write(block)
+        f.writelines(block for _ in range(80))
         f.write(b"[a0 r0] " + b"\r" * (20 << 20) + b"\n")
         f.write(block)
         f.write(b"[a1 r1] the last line\n")
@@ -228,7 +226,7 @@ def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) ->
 
     def run(*argv: str) -> tuple[int, int]:
         out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "fray_core.cli", "logs", "big-1", *argv],
-                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
         assert out.returncode == 0, out.stderr
         n, rss = map(int, out.stdout.split())
         return n, rss
@@ -407,9 +405,9 @@ def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str
         script = capsys.readouterr().out
         assert "complete -F _fray fray" in script and "--tail" in script and "prune" in script
     (tmp_path / "c.sh").write_text(script.split("bashcompinit\n", 1)[1])
-    r = subprocess.run(["bash", "-c", f"source {tmp_path / 'c.sh'}; COMP_WORDS=(fray lo); COMP_CWORD=1; _fray; "
-                        "echo ${COMPREPLY[@]}; COMP_WORDS=(fray logs --ta); COMP_CWORD=2; _fray; echo ${COMPREPLY[@]}"],
-                       capture_output=True, text=True, timeout=60)
+    complete = (f"source {tmp_path / 'c.sh'}; COMP_WORDS=(fray lo); COMP_CWORD=1; _fray; echo ${{COMPREPLY[@]}}; "
+                "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; _fray; echo ${COMPREPLY[@]}")
+    r = subprocess.run(["bash", "-c", complete], capture_output=True, text=True, timeout=60, check=False)
     assert r.stdout.split("\n")[:2] == ["logs", "--tail"], r.stdout + r.stderr
     assert main(["doctor", "--cluster", "local?tpu=v4-16:2"]) == 0
     out = capsys.readouterr().out

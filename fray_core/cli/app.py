@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     for target in _COMMANDS.values():
         mod, _, attr = target.partition(":")
         getattr(importlib.import_module(mod), attr)(sub, fmt, EPILOG)
-    parser.set_defaults(_subparsers=sub.choices)
+    parser.set_defaults(_subparsers=sub.choices, _parser=parser)
     return parser
 
 

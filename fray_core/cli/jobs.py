@@ -358,7 +358,7 @@ def _cut(lines: Any, keep: Any, tail: int | None, follow: bool) -> Any:
 def _chosen(cluster: Cluster, args: argparse.Namespace, what: str) -> list[JobInfo]:
     """The jobs a ``stop``/``rm`` names: its IDs, or with ``--all`` every job that the filters keep."""
     if args.all and args.job_ids:
-        raise UsageError(f"give job ids or --all (with filters), not both")
+        raise UsageError("give job ids or --all (with filters), not both")
     if not args.all and not args.job_ids:
         raise UsageError(f"the following arguments are required: ID (or --all to {what} every job the filters keep)")
     if not args.all and any(v is not None for v in (args.status, args.name, args.since)):

@@ -119,7 +119,7 @@ def default_name(target: str, rest: Sequence[str]) -> str:
         return os.path.basename(target)[:-3] or "script"
     name = os.path.basename(target) or target
     # `python train.py`, `bash run.sh`: the file the command runs says more than the interpreter
-    script = next((a for a in rest if not a.startswith("-")), None) if rest and not rest[0] == "-c" else None
+    script = next((a for a in rest if not a.startswith("-")), None) if rest and rest[0] != "-c" else None
     if script and ("." in os.path.basename(script) or "/" in script):
         stem = os.path.splitext(os.path.basename(script))[0]
         if stem:

@@ -9,7 +9,12 @@ import shlex
 import tempfile
 from typing import Any
 
-from fray_core.cli.common import EXIT_FAILED, EXIT_OK, add_cluster_option, check_default_jobs_dir
+from fray_core.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_cluster_option,
+    check_default_jobs_dir,
+)
 from fray_core.cli.output import safe
 
 __all__ = ["add_parsers", "cmd_completion", "cmd_doctor", "completion_script"]
@@ -76,9 +81,7 @@ complete -F _fray fray
 
 def cmd_completion(args: argparse.Namespace) -> int:
     """``fray completion bash|zsh``: print the completion script (``source <(fray completion bash)``)."""
-    from fray_core.cli.app import build_parser
-
-    print(completion_script(build_parser(), args.shell), end="")
+    print(completion_script(args._parser, args.shell), end="")
     return EXIT_OK
 
 
@@ -118,12 +121,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             from importlib.metadata import version
 
             line(True, "ray", f"ray {version('ray')} installed")
-        except Exception:
+        except ImportError:  # PackageNotFoundError
             line(False if backend == "ray" else None, "ray", "ray is not installed", "python -m pip install 'fray-jobs[ray]'")
     try:
         check_default_jobs_dir(spec)
         cluster = cluster_from_spec(spec)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- the doctor reports whatever is wrong instead of failing on it
         line(False, "backend", f"{type(e).__name__}: {e}", "check the spec (fray --help lists them), FRAY_JOBS_DIR and the cluster")
         return EXIT_FAILED
     store = getattr(cluster, "store", None)
@@ -170,7 +173,7 @@ def _check_ray(line: Any) -> None:
         import ray
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- reported, as above
         line(False, "ray", f"cannot list the cluster's nodes: {type(e).__name__}: {e}", "check the address and that the cluster is up")
         return
     slices: dict[str, set[str]] = {}
