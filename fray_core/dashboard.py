@@ -300,6 +300,19 @@ function timeline(j) {
   const svg = el("svg:svg", {id: "timeline", width: W, height: top + rows.length * H + 34, viewBox: `0 0 ${W} ${top + rows.length * H + 34}`});
   rows.forEach((r, i) => svg.append(el("svg:text", {x: 6, y: top + i * H + 17, "font-size": 12, fill: "#333"}, r)));
   const seen = new Set();
+  let prevEnd = j.submitted_at;
+  for (const a of atts) {  // the wait before an attempt got its slices (queued, backing off), on its slices' rows
+    if (a.slices.length && a.started_at && prevEnd && a.started_at - prevEnd > (t1 - t0) / 200) {
+      seen.add("waiting");
+      for (const s of a.slices) {
+        const w = el("svg:rect", {x: x(prevEnd), y: top + rows.indexOf(s) * H + 8, width: Math.max(x(a.started_at) - x(prevEnd), 1),
+          height: H - 18, rx: 2, fill: COLORS.waiting, class: "wait", "data-attempt": a.index});
+        w.append(el("svg:title", {}, `attempt ${a.index} waiting for slices: ${dur(a.started_at - prevEnd)}`));
+        svg.append(w);
+      }
+    }
+    prevEnd = a.ended_at || prevEnd;
+  }
   for (const a of atts) {
     const kind = a.outcome || (a.slices.length ? "running" : "waiting");
     const fill = a.slices.length ? kind : "waiting"; seen.add(fill);

@@ -189,6 +189,8 @@ def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> N
     bars = _wait(browser, lambda d: d.execute_script(_BARS), "the timeline")
     assert sorted((a, o) for a, o, _ in bars) == [("0", "PREEMPTED"), ("0", "PREEMPTED"), ("1", "SUCCEEDED"), ("1", "SUCCEEDED")]
     assert all(float(w) > 10 for _, _, w in bars)
+    waits = browser.execute_script("return [...document.querySelectorAll('svg#timeline rect.wait')].map(w => w.dataset.attempt)")
+    assert sorted(waits) == ["0", "0", "1", "1"]  # before each attempt got its two slices
     page = browser.execute_script(
         "return [[...document.querySelectorAll('svg#timeline > text')].map(t => t.textContent),"
         " document.getElementById('logs').textContent, document.querySelector('pre.request').textContent]"
