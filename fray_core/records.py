@@ -523,16 +523,9 @@ class JobStore:
         return chunk.decode("utf-8", "replace").splitlines(), offset + len(chunk)
 
     def iter_log(self, job_id: str, follow: bool, is_done: Any, poll: float = 0.1) -> Iterator[str]:
-        """Yield log lines; with ``follow``, keep going until ``is_done()`` and the log is drained."""
-        offset = 0
-        while True:
-            done = bool(is_done()) if follow else True
-            lines, offset = self.read_log(job_id, offset)
-            yield from lines
-            if done:
-                return
-            if not lines:
-                time.sleep(poll)
+        """Yield log lines; with ``follow``, keep going until ``is_done()`` and the log is drained. Read in
+        pieces (:func:`stream_log`): a log of any size, or a 'line' of any length, costs the same memory."""
+        yield from stream_log(self, job_id, follow=follow, is_done=is_done, poll=poll)
 
 
 # ------------------------------------------------------------------------------ logs, read in pieces
@@ -614,7 +607,8 @@ def iter_log_lines(f: Any, offset: int, keep: Any = None) -> Iterator[tuple[str,
             offset += nl + 1 - start
             start = nl + 1
             if keep is None or keep(raw[:_TAG_BYTES]):
-                yield raw.decode("utf-8", "replace"), offset
+                for i in range(0, max(len(raw), 1), MAX_LOG_LINE):  # the end of a runaway line: in pieces too
+                    yield raw[i:i + MAX_LOG_LINE].decode("utf-8", "replace"), offset
         pending = pending[start:]
         while len(pending) >= MAX_LOG_LINE:  # a runaway line: hand it out in pieces instead of holding it
             piece, pending = pending[:MAX_LOG_LINE], pending[MAX_LOG_LINE:]

@@ -432,3 +432,17 @@ def test_doctor_sees_the_ray_clusters_tpu_slices(ray_tpu_cluster, tmp_path: Path
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(from --address)" in r.stdout and "ray 2." in r.stdout
     assert re.search(r"tpu slices +2 x v4-16", r.stdout), r.stdout
+
+
+def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:
+    """``cluster.logs`` / ``JobStore.iter_log`` (what ``launch --wait`` follows): a 'line' of 3.5 MiB with no
+    newline (a progress bar) comes out in pieces of ``MAX_LOG_LINE``, not as one string held whole."""
+    from fray_core.records import MAX_LOG_LINE
+
+    _plant_log(jobs, "bar-1", [])
+    with open(jobs.log_path("bar-1"), "wb") as f:
+        f.write(b"[a0 r0] start\n[a0 r0] " + b"#\r" * (7 << 19) + b"\n[a0 r0] end\n[a0 r0] partial")
+    lines = list(jobs.iter_log("bar-1", follow=False, is_done=None))
+    assert lines[0] == "[a0 r0] start" and lines[-1] == "[a0 r0] end"
+    assert max(len(x) for x in lines) <= MAX_LOG_LINE
+    assert sum(len(x) for x in lines[1:-1]) == 8 + (7 << 20)
