@@ -221,3 +221,14 @@ def test_browser_fleet_page(dash: Dashboard, browser: Any) -> None:
     rows = _wait(browser, lambda d: _rows(d, "#fleet tbody tr"), "the fleet")
     assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][4] == "holder-1"
     assert rows["v4-16-0"][4] == "-"
+
+
+def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
+    fake = tmp_path / "no_aiohttp" / "aiohttp"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
+    env = {**os.environ, "FRAY_JOBS_DIR": str(tmp_path / "jobs"),
+           "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([*FRAY, "dashboard", "--port", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "python -m pip install 'fray-jobs[dashboard]'" in r.stderr, r.stderr

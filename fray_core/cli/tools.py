@@ -220,6 +220,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from fray_core.cli.common import EXIT_INTERRUPTED, UsageError, cluster_of
 
     try:
+        import aiohttp  # noqa: F401 -- the dashboard extra; said here in one line rather than deep in serve()
+
         from fray_core import dashboard
     except ModuleNotFoundError as e:
         raise UsageError(f"fray dashboard needs {e.name} ({e}): python -m pip install 'fray-jobs[dashboard]'") from None
