@@ -399,7 +399,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     running = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
     for info in infos:
         if info.status.is_terminal() and not args.all:
-            print(f"{info.job_id}: already ended {info.status.value}")
+            print(f"{safe(info.job_id)}: already ended {info.status.value}")
     if args.all and not running:
         print("fray: no running or pending job matches", file=sys.stderr)
         return EXIT_OK
@@ -416,7 +416,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
             print(f"fray stop: error: {safe(problem)}", file=sys.stderr)
             code = EXIT_TIMEOUT
             continue
-        print(f"{info.job_id}: {cluster.poll(info.job_id).status.value}")
+        print(f"{safe(info.job_id)}: {cluster.poll(info.job_id).status.value}")
     return code
 
 
@@ -481,7 +481,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
         return EXIT_OK
     for info in infos:
         delete_job(store, str(info.job_id))
-        print(f"removed {info.job_id}")
+        print(f"removed {safe(info.job_id)}")
     return EXIT_OK
 
 
@@ -511,7 +511,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for info in old:
         if not args.dry_run:
             delete_job(store, str(info.job_id))
-        print(f"{'would remove' if args.dry_run else 'removed'} {info.job_id} ({info.status.value}, ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)")
+        print(f"{'would remove' if args.dry_run else 'removed'} {safe(info.job_id)} ({info.status.value}, ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)")
     if not old:
         print("fray: no ended job is that old", file=sys.stderr)
     return EXIT_OK
