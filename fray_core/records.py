@@ -523,13 +523,146 @@ class JobStore:
         return chunk.decode("utf-8", "replace").splitlines(), offset + len(chunk)
 
     def iter_log(self, job_id: str, follow: bool, is_done: Any, poll: float = 0.1) -> Iterator[str]:
-        """Yield log lines; with ``follow``, keep going until ``is_done()`` and the log is drained."""
-        offset = 0
+        """Yield log lines; with ``follow``, keep going until ``is_done()`` and the log is drained. Read in
+        pieces (:func:`stream_log`): a log of any size, or a 'line' of any length, costs the same memory."""
+        yield from stream_log(self, job_id, follow=follow, is_done=is_done, poll=poll)
+
+
+# ------------------------------------------------------------------------------ logs, read in pieces
+
+LOG_CHUNK = 1 << 20  # bytes read at a time: what a log reader holds, whatever the log's size
+MAX_LOG_LINE = 1 << 20  # a longer "line" (progress bars with no newline) is cut into pieces of this size
+_TAG_BYTES = 64  # a line's tag ("[a12 s3/h7] ") is in its first bytes: what a filter looks at
+
+
+def open_log(store: JobStore, job_id: str) -> Any:
+    """The job's log as a binary file (no symbolic link followed), or ``None`` when it has none yet.
+
+    >>> f = open_log(store, job_id)  # doctest: +SKIP
+    """
+    try:
+        if not store.is_local:
+            return store.fs.open(store._p(job_id, LOG), "rb")
+        _, fd = store._open_nofollow(job_id, LOG)
+        return os.fdopen(fd, "rb")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RecordError(
+                f"job {job_id}: {store.log_path(job_id)} (or its dir) is a symbolic link; links in the jobs dir are "
+                "not followed"
+            ) from None
+        raise
+
+
+def log_tail_offset(f: Any, lines: int, keep: Any = None, block: int = 1 << 16) -> int:
+    """The offset where the last ``lines`` complete lines of ``f`` start (those that ``keep(first_bytes)``
+    accepts, when given), found by reading backwards a block at a time: a 1 GB log costs a few blocks.
+
+    >>> import io
+    >>> log_tail_offset(io.BytesIO(b"a\\nb\\nc\\npartial"), 2)
+    2
+    """
+    f.seek(0, os.SEEK_END)
+    pos = f.tell()
+    if lines <= 0:
+        return pos
+    later = b""  # the first bytes after the block being read (the head of the line that starts in it)
+    end_seen = False  # the last newline was found: lines after it are not complete yet
+    found = 0
+    while pos > 0:
+        start = max(0, pos - block)
+        f.seek(start)
+        buf = f.read(pos - start)
+        joined = buf + later
+        i = len(buf)
+        while (q := buf.rfind(b"\n", 0, i)) >= 0:
+            i = q
+            if not end_seen:
+                end_seen = True
+                continue
+            if keep is None or keep(joined[q + 1:q + 1 + _TAG_BYTES]):
+                found += 1
+                if found == lines:
+                    return start + q + 1
+        later = joined[:_TAG_BYTES]
+        pos = start
+    return 0
+
+
+def iter_log_lines(f: Any, offset: int, keep: Any = None) -> Iterator[tuple[str, int]]:
+    """``(line, offset after it)`` for every complete line of ``f`` from ``offset`` on, read ``LOG_CHUNK`` at a
+    time (lines longer than ``MAX_LOG_LINE`` come in pieces of that size); ``keep(first_bytes)`` filters."""
+    f.seek(offset)
+    pending = b""
+    while True:
+        data = f.read(LOG_CHUNK)
+        if not data:
+            return
+        pending += data
+        start = 0
+        while (nl := pending.find(b"\n", start)) >= 0:
+            raw = pending[start:nl]
+            offset += nl + 1 - start
+            start = nl + 1
+            if keep is None or keep(raw[:_TAG_BYTES]):
+                for i in range(0, max(len(raw), 1), MAX_LOG_LINE):  # the end of a runaway line: in pieces too
+                    yield raw[i:i + MAX_LOG_LINE].decode("utf-8", "replace"), offset
+        pending = pending[start:]
+        while len(pending) >= MAX_LOG_LINE:  # a runaway line: hand it out in pieces instead of holding it
+            piece, pending = pending[:MAX_LOG_LINE], pending[MAX_LOG_LINE:]
+            offset += len(piece)
+            if keep is None or keep(piece[:_TAG_BYTES]):
+                yield piece.decode("utf-8", "replace"), offset
+
+
+def stream_log(
+    store: JobStore, job_id: str, *, follow: bool = False, is_done: Any = None, tail: int | None = None,
+    keep: Any = None, poll: float = 0.1,
+) -> Iterator[str]:
+    """The job's log lines in constant memory: from the start, or the last ``tail`` lines (of those ``keep``
+    accepts); with ``follow``, new lines as they come until ``is_done()`` and the log is drained.
+
+    >>> for line in stream_log(store, job_id, tail=10):  # doctest: +SKIP
+    ...     print(line)
+    """
+    f = None
+    offset = 0
+    try:
         while True:
-            done = bool(is_done()) if follow else True
-            lines, offset = self.read_log(job_id, offset)
-            yield from lines
+            done = bool(is_done()) if follow and is_done is not None else not follow
+            if f is None:
+                f = open_log(store, job_id)
+                if f is not None and tail is not None:
+                    offset = log_tail_offset(f, tail, keep)
+            got = False
+            if f is not None:
+                for line, offset in iter_log_lines(f, offset, keep):
+                    got = True
+                    yield line
             if done:
                 return
-            if not lines:
+            if not got:
                 time.sleep(poll)
+    finally:
+        if f is not None:
+            f.close()
+
+
+def delete_job(store: JobStore, job_id: str) -> None:
+    """Remove a job's dir (record, log, result) from the store. Whether the job may be removed (it ended) is
+    the caller's to decide; a job dir that is a symbolic link is unlinked, its target left alone.
+
+    >>> delete_job(store, job_id)  # doctest: +SKIP
+    """
+    import shutil
+
+    path = store._p(job_id)
+    if not store.is_local:
+        store.fs.rm(path, recursive=True)
+        return
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+        return
+    shutil.rmtree(path)  # never follows links inside the dir

@@ -332,3 +332,22 @@ def test_docstring_examples(module: str) -> None:
     """Every example in a docstring of fray_core and fray_local runs and prints what it shows."""
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{result.failed} docstring example(s) of {module} failed (output above)"
+
+
+def _alone(name: str, pick=lambda b: True) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+    return [(name, b.line) for b in _blocks(name) if _runs(b) and pick(b)]
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    _alone("index.md") + _alone("backends.md", lambda b: "TpuFleet({" in b.code and "LocalCluster(fleet=fleet)" in b.code),
+)
+def test_doc_block_runs_alone(name: str, line: int, tmp_path: Path) -> None:
+    """A reader copies one snippet, not the page: each python block of docs/index.md (and backends.md's fleet
+    block) runs on its own, with its own imports."""
+    blocks = _blocks(name)
+    _write_files(tmp_path, blocks)
+    block = next(b for b in blocks if b.line == line)
+    script = tmp_path / "alone.py"
+    script.write_text(_script(name, [block]))
+    _run([sys.executable, str(script)], tmp_path, _env(tmp_path), f"docs/{name} line {line} alone")

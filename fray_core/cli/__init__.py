@@ -6,12 +6,15 @@
     fray launch --wait train.py --lr 3e-4                      # streams logs, exits with the job's code
     fray list
     fray status ID [--json]
-    fray logs ID [-f]
-    fray stop ID
+    fray logs ID [-f] [--tail N] [--host S/H] [--attempt N]
+    fray stop ID... | --all [--status S] [--name GLOB] [-y]
+    fray rm ID... ; fray prune --older-than 7d
+    fray doctor ; fray completion bash ; fray dashboard [--port 8290]
     fray sim --tpu v4-16 --slices 2 --preemptions 1
 
-Every command takes ``--cluster SPEC`` (default: ``$FRAY_CLUSTER_SPEC``, else ``local``, the same resolution
-as ``current_cluster()``); job records live under ``$FRAY_JOBS_DIR``.
+Every command takes ``--cluster SPEC`` or ``--address ADDR`` (Ray); without them ``$FRAY_CLUSTER_SPEC``,
+``$RAY_ADDRESS``, the config file's ``cluster``, else ``local`` (``config.resolve_spec``; docs/configuration.md);
+job records live under ``$FRAY_JOBS_DIR``.
 
 The CLI knows no backend: it gets a cluster from its spec through the backend registry and uses the
 ``Cluster`` contract only. ``fray launch`` calls ``Cluster.launch_detached`` so the job outlives the command
@@ -19,7 +22,8 @@ The CLI knows no backend: it gets a cluster from its spec through the backend re
 Backends may add commands by name (``fray sim`` is ``fray_local.sim``).
 
 Modules: ``app`` (parser, ``main``), ``common`` (exit codes, errors, argument types, the cluster of a
-command), ``launch`` (``fray launch``), ``jobs`` (``list``/``status``/``logs``/``stop``), ``live``
+command), ``config`` (flags, environment, config file), ``launch`` (``fray launch``), ``jobs``
+(``list``/``status``/``logs``/``stop``/``rm``/``prune``), ``tools`` (``completion``, ``doctor``, ``dashboard``), ``live``
 (following a job: live status line on a terminal, plain lines when piped), ``output`` (tables, timeline,
 JSON fields, escaping). ``rich`` is imported only when something is drawn.
 """

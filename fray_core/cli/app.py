@@ -11,8 +11,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from fray_core.cli import jobs, launch
-from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, add_cluster_option, describe_os_error
+from fray_core.cli import jobs, launch, tools
+from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, UsageError, add_cluster_option, describe_os_error
 
 __all__ = ["EPILOG", "build_parser", "main", "register_command", "run"]
 
@@ -22,10 +22,13 @@ exit codes:
   1  the job ended FAILED
   2  bad usage or input (invalid request, unknown job id, unknown cluster spec)
   3  the job ended STOPPED
+  4  timed out or internal error (a job's supervisor or the cluster did not answer in time)
   130  interrupted (Ctrl-C); a launched job keeps running
 
-cluster: --cluster SPEC, else $FRAY_CLUSTER_SPEC, else `local`. Specs: local, local?tpu=v4-16:2,
+cluster: --cluster SPEC, --address ADDR (Ray), $FRAY_CLUSTER_SPEC, $RAY_ADDRESS, the config file's
+  `cluster` ($XDG_CONFIG_HOME/fray/config.toml), else `local`. Specs: local, local?tpu=v4-16:2,
   local?jobs_dir=DIR, ray, ray?address=HOST:PORT&namespace=NS&jobs_dir=DIR. Records: $FRAY_JOBS_DIR.
+  Every setting and environment variable: docs/configuration.md. `fray doctor` checks them.
 local backend: `fray launch` starts a detached supervisor process that runs the job until it ends.
 set FRAY_DEBUG=1 to see tracebacks of errors.
 """
@@ -62,25 +65,51 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=fmt,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     add_cluster_option(parser, top=True)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     launch.add_parser(sub, fmt, EPILOG)
     jobs.add_parsers(sub, fmt, EPILOG)
+    tools.add_parsers(sub, fmt, EPILOG)
     for target in _COMMANDS.values():
         mod, _, attr = target.partition(":")
         getattr(importlib.import_module(mod), attr)(sub, fmt, EPILOG)
+    parser.set_defaults(_subparsers=sub.choices, _parser=parser)
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (``fray-jobs``), else the checkout's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fray-jobs")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _fail(command: str, e: BaseException) -> int:
+    from fray_core.cli.output import safe
+
     text = str(e) if not isinstance(e, KeyError) or e.args == () else str(e.args[0])
     text = " ".join(text.split("\n")[:1]) if isinstance(e, UsageError) else text.strip().replace("\n", " | ")
-    print(f"fray {command}: error: {text}", file=sys.stderr)
+    # an error can quote a job's own bytes (a record, a name, an exception message): never raw to a terminal
+    print(f"fray {command}: error: {safe(text)}", file=sys.stderr)
     return EXIT_USAGE
 
 
+def _debug_fail(command: str, e: BaseException) -> int:
+    """``FRAY_DEBUG=1``: the traceback, then the same one-line error and exit code as without it."""
+    import traceback
+
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    return _fail(command, e)
+
+
 def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-    print(f"fray: warning: {message}", file=sys.stderr)
+    from fray_core.cli.output import safe
+
+    print(f"fray: warning: {safe(str(message))}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,7 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # blame the command they belong to (`fray list: error: unrecognized arguments: --jsn`)
+            owner = getattr(args, "_subparsers", {}).get(args.command, parser)
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # argparse: usage errors exit 2, --help exits 0
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     if not args.command:
@@ -109,13 +141,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `fray status ID | head -1`: the reader has all it wanted
         _drop_stdout()
         return EXIT_OK
+    except TimeoutError as e:  # the cluster or a supervisor did not answer in time: not the user's mistake
+        (_debug_fail if os.environ.get("FRAY_DEBUG") else _fail)(args.command, e)
+        return EXIT_TIMEOUT
     except (UsageError, FrayError, ValueError, TypeError, KeyError) as e:
-        if os.environ.get("FRAY_DEBUG"):
-            raise
-        return _fail(args.command, e)
+        return (_debug_fail if os.environ.get("FRAY_DEBUG") else _fail)(args.command, e)
     except OSError as e:  # the machine said no (a full disk, a permission): one line, not a traceback
         if os.environ.get("FRAY_DEBUG"):
-            raise
+            import traceback
+
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         return _fail(args.command, UsageError(describe_os_error(e)))
 
 

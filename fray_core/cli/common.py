@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_STOPPED",
+    "EXIT_TIMEOUT",
     "EXIT_USAGE",
     "UsageError",
     "add_cluster_option",
@@ -42,6 +43,7 @@ EXIT_OK = 0  # success (and, for commands that wait, a job that SUCCEEDED)
 EXIT_FAILED = 1  # a job that ended FAILED
 EXIT_USAGE = 2  # bad arguments, invalid request, unknown job id, unknown cluster spec
 EXIT_STOPPED = 3  # a job that ended STOPPED
+EXIT_TIMEOUT = 4  # timed out or internal: the cluster or a job's supervisor did not answer in time
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
@@ -59,17 +61,19 @@ def exit_code(status: JobStatus) -> int:
 
 
 def cluster_of(args: argparse.Namespace) -> Cluster:
-    """``--cluster SPEC``, else ``current_cluster()`` (``$FRAY_CLUSTER_SPEC``, else local).
+    """The command's cluster: ``--cluster SPEC``, ``--address ADDR`` (Ray), ``$FRAY_CLUSTER_SPEC``,
+    ``$RAY_ADDRESS``, the config file's ``cluster``, else ``local`` (:func:`fray_core.cli.config.resolve_spec`).
 
     A jobs dir that cannot be used (not a directory, not writable, under a missing ``$HOME``) is a
     :class:`UsageError` naming it, not a traceback.
     """
-    from fray_core.cluster import cluster_from_spec, current_cluster
+    from fray_core.cli.config import resolve_spec
+    from fray_core.cluster import cluster_from_spec
 
-    spec = args.cluster or os.environ.get("FRAY_CLUSTER_SPEC", "").strip() or "local"
+    spec, _ = resolve_spec(getattr(args, "cluster", None), getattr(args, "address", None))
     check_default_jobs_dir(spec)
     try:
-        return cluster_from_spec(args.cluster) if args.cluster else current_cluster()
+        return cluster_from_spec(spec)
     except OSError as e:
         raise UsageError(f"cannot use cluster {spec!r}: {describe_os_error(e)} (check FRAY_JOBS_DIR or the spec's jobs_dir)") from None
 
@@ -119,14 +123,20 @@ def backend_name(cluster: Cluster) -> str:
 
 
 def add_cluster_option(p: argparse.ArgumentParser, top: bool = False) -> None:
-    """``--cluster SPEC``, accepted before or after the command."""
+    """``--cluster SPEC`` and ``--address ADDR``, accepted before or after the command."""
     # SUPPRESS keeps a subcommand from resetting the top-level value
     p.add_argument(
         "--cluster",
         metavar="SPEC",
         default=None if top else argparse.SUPPRESS,
         help="local, local?tpu=v4-16:2, local?jobs_dir=DIR, ray, ray?address=...&namespace=... "
-        "(default: $FRAY_CLUSTER_SPEC, else local)",
+        "(default: $FRAY_CLUSTER_SPEC, $RAY_ADDRESS, the config file's cluster, else local)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        default=None if top else argparse.SUPPRESS,
+        help="the Ray cluster at ADDR, as `ray job --address` takes it (same as --cluster 'ray?address=ADDR')",
     )
 
 

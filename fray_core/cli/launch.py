@@ -25,6 +25,7 @@ from fray_core.cli.common import (
 from fray_core.cli.live import follow
 
 if TYPE_CHECKING:
+    from fray_core.cluster import Cluster
     from fray_core.types import JobRequest
 
 __all__ = ["add_parser", "build_request", "cmd_launch", "parse_call_args"]
@@ -92,6 +93,40 @@ def _env_arg(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _gpu_arg(text: str) -> tuple[str, int]:
+    """``--gpu A100`` -> ``("A100", 1)``; ``--gpu A100:8`` -> ``("A100", 8)``; ``auto`` takes any type."""
+    kind, colon, count = text.partition(":")
+    n = None
+    if count.strip().isdigit():
+        n = int(count)
+    if not kind.strip() or (colon and (n is None or n < 1)):
+        raise argparse.ArgumentTypeError(f"expected TYPE or TYPE:N (e.g. A100, A100:8, auto:2; N an int >= 1), got {text!r}")
+    return kind.strip(), n if n is not None else 1
+
+
+def default_name(target: str, rest: Sequence[str]) -> str:
+    """The job's name when ``--name`` is not given: distinct enough to tell jobs apart in ``fray list``.
+
+    >>> default_name("train:main", []), default_name("pkg.eval:main", [])
+    ('train-main', 'eval-main')
+    >>> default_name("scripts/train.py", []), default_name("python", ["-u", "train.py"]), default_name("bash", ["-c", "x"])
+    ('train', 'python-train', 'bash')
+    """
+    if _CALLABLE_RE.match(target) and not target.endswith(".py"):
+        mod, _, attr = target.partition(":")
+        return f"{mod.rpartition('.')[2]}-{attr.rpartition('.')[2]}"
+    if target.endswith(".py"):
+        return os.path.basename(target)[:-3] or "script"
+    name = os.path.basename(target) or target
+    # `python train.py`, `bash run.sh`: the file the command runs says more than the interpreter
+    script = next((a for a in rest if not a.startswith("-")), None) if rest and rest[0] != "-c" else None
+    if script and ("." in os.path.basename(script) or "/" in script):
+        stem = os.path.splitext(os.path.basename(script))[0]
+        if stem:
+            name += f"-{stem}"
+    return name
+
+
 def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest:
     """The :class:`JobRequest` that ``fray launch`` arguments describe.
 
@@ -100,7 +135,10 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
     ARGS``) or any other command. ``on_this_machine``: the job's processes run here, so a script or command
     must exist here and a script runs with this Python.
     """
-    from fray_core.types import Entrypoint, JobRequest, ResourceConfig, TpuConfig, create_environment
+    from fray_core.types import Entrypoint, GpuConfig, JobRequest, ResourceConfig, TpuConfig, create_environment
+
+    if args.target is None:
+        raise UsageError("the following arguments are required: TARGET (module:function, script.py or a command)")
 
     # the resources first: a mistake in the options is reported before one in the function's arguments
     res_kw: dict[str, Any] = {}
@@ -108,13 +146,18 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
         res_kw["cpu"] = args.cpu
     if args.ram is not None:
         res_kw["ram"] = args.ram
+    gpu = getattr(args, "gpu", None)
     if args.tpu:
         if args.replicas is not None:
             raise UsageError("--replicas is for CPU/GPU jobs; with --tpu use --slices")
+        if gpu is not None:
+            raise UsageError("--gpu and --tpu cannot be combined: a job runs on one kind of device")
         resources = ResourceConfig(device=TpuConfig(type=args.tpu), replicas=args.slices or 1, **res_kw)
     else:
         if args.slices is not None:
-            raise UsageError("--slices needs --tpu TYPE (for CPU processes use --replicas N)")
+            raise UsageError("--slices needs --tpu TYPE (for CPU or GPU processes use --replicas N)")
+        if gpu is not None:
+            res_kw["device"] = GpuConfig(type=gpu[0], count=gpu[1])
         resources = ResourceConfig(replicas=1 if args.replicas is None else args.replicas, **res_kw)
     target: str = args.target
     rest: list[str] = list(args.args or [])
@@ -124,30 +167,48 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
         fn = _import_callable(target)
         pos, kw = parse_call_args(rest)
         entry = Entrypoint(callable=fn, function_args=kw, args=tuple(pos))
-        default_name = target.rpartition(":")[2].rpartition(".")[2]
     elif target.endswith(".py"):
         if on_this_machine and not os.path.isfile(target):
             raise UsageError(f"no such script: {target!r}")
         entry = Entrypoint(binary=sys.executable if on_this_machine else "python", args=[target, *rest])
-        default_name = os.path.basename(target)[:-3]
     else:
         if on_this_machine and shutil.which(target) is None:
             raise UsageError(f"command not found: {target!r} (give module:function, a script.py or a command on PATH)")
         entry = Entrypoint(binary=target, args=rest)
-        default_name = os.path.basename(target)
 
     env = dict(args.env or [])
+    pip = list(getattr(args, "pip", None) or [])
     req_kw: dict[str, Any] = {}
     if args.max_retries_preemption is not None:
         req_kw["max_retries_preemption"] = args.max_retries_preemption
     if args.max_retries_failure is not None:
         req_kw["max_retries_failure"] = args.max_retries_failure
     return JobRequest(
-        name=args.name or default_name,
+        name=args.name or default_name(target, rest),
         entrypoint=entry,
         resources=resources,
-        environment=create_environment(env_vars=env) if env else None,
+        environment=create_environment(env_vars=env, pip_packages=pip) if env or pip else None,
         **req_kw,
+    )
+
+
+def check_fits(cluster: Cluster, request: JobRequest) -> None:
+    """A TPU request that the cluster's fixed fleet can never serve (more slices of a type than exist, a type
+    it has none of) is a :class:`UsageError` naming what the fleet has, before anything is launched. Fleets
+    that make slices on demand, and backends whose capacity is not known here, accept every request (the
+    runner still reports a request that never fits as UNSCHEDULABLE)."""
+    device = request.resources.device
+    fleet = getattr(cluster, "fleet", None)
+    if getattr(device, "kind", None) != "tpu" or fleet is None or getattr(fleet, "on_demand", True):
+        return
+    replicas = request.resources.replicas
+    need = min(replicas) if isinstance(replicas, (list, tuple)) else int(replicas)
+    have = fleet.capacity()  # slices per type that exist (free, busy, or preempted and coming back)
+    if have.get(device.type, 0) >= need:
+        return
+    what = ", ".join(f"{n} x {t}" for t, n in sorted(have.items())) or "no slices"
+    raise UsageError(
+        f"--tpu {device.type} --slices {need} can never fit: the fleet of {cluster.spec or 'this cluster'} has {what}"
     )
 
 
@@ -155,6 +216,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     """``fray launch [options] TARGET [ARGS...]``: print the job id, or with ``--wait`` follow the job."""
     cluster = cluster_of(args)
     request = build_request(args, cluster.runs_on_this_machine)
+    check_fits(cluster, request)
     job_id = str(cluster.launch_detached(request))
     if not args.wait:
         print(job_id)
@@ -175,7 +237,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         + epilog,
         formatter_class=fmt,
     )
-    p.add_argument("target", metavar="TARGET", help="module:function, script.py, or a command")
+    p.add_argument("target", metavar="TARGET", nargs="?", help="module:function, script.py, or a command")
     p.add_argument(
         "args",
         metavar="ARGS",
@@ -188,9 +250,16 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         "--slices", metavar="N|N,M", type=_slices_arg, help="TPU slices (default 1); N,M: acceptable counts, largest that fits wins"
     )
     p.add_argument("--replicas", metavar="N", type=at_least_one, help="CPU/GPU processes started together (default 1)")
+    p.add_argument(
+        "--gpu", metavar="TYPE[:N]", type=_gpu_arg, help="N GPUs of TYPE per process (A100, H100:8, auto:2; default N 1)"
+    )
     p.add_argument("--cpu", type=float, help="CPUs per process (default 1)")
     p.add_argument("--ram", help="memory per process, e.g. 16g, 512m (default 4g)")
     p.add_argument("--env", metavar="K=V", type=_env_arg, action="append", help="env var for every process (repeatable)")
+    p.add_argument(
+        "--pip", metavar="PKG", action="append",
+        help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns if missing)",
+    )
     p.add_argument(
         "--max-retries-preemption", metavar="N", type=positive_int, help="N retries after preemptions: at most N+1 such attempts (default 100)"
     )

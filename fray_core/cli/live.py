@@ -10,8 +10,17 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from fray_core.cli.common import EXIT_INTERRUPTED, exit_code, load_results
-from fray_core.cli.output import describe_goodput, duration, is_terminal, print_attempts, print_results, print_timeline, safe
-from fray_core.cluster import MonitorView, describe_attempt, describe_progress
+from fray_core.cli.output import (
+    describe_error,
+    describe_goodput,
+    duration,
+    is_terminal,
+    print_attempts,
+    print_results,
+    print_timeline,
+    safe,
+)
+from fray_core.cluster import MONITOR_HEARTBEAT, MonitorView, describe_attempt, describe_progress
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
@@ -64,10 +73,28 @@ def status_line(info: JobInfo, elapsed: float) -> str:
     )
     n = _hosts(info)
     if what and n and not _HOSTS_STARTED.search(what) and not info.status.is_terminal():
-        what += f" ({n} hosts)"
+        what += f" ({n} host{'s' if n != 1 else ''})"
     if what:
         parts.append(what)
     return safe(" | ".join(parts))
+
+
+def attempt_line(attempt: Attempt) -> str:
+    """:func:`describe_attempt`, escaped, and never ending on a dangling ``last output:``: the output's
+    last line follows it."""
+    text = describe_attempt(attempt)
+    lines = [line.strip() for line in (attempt.cause or "").strip().splitlines() if line.strip()]
+    if text.endswith(":") and len(lines) > 1:
+        text += f" {lines[-1]}"
+    return safe(text)
+
+
+def progress_line(info: JobInfo) -> str:
+    """:func:`describe_progress`, escaped (a job's error is its own bytes), its error on one line."""
+    text = describe_progress(info)
+    if info.error and info.status.is_terminal() and text.endswith(info.error):
+        text = text[: len(text) - len(info.error)] + describe_error(info)
+    return safe(text)
 
 
 class PlainView(MonitorView):
@@ -77,7 +104,20 @@ class PlainView(MonitorView):
         super().log(safe(line, keep_newlines=True))
 
     def attempt_ended(self, attempt: Attempt) -> None:
-        print(f"[fray] {safe(describe_attempt(attempt))}", file=self.out, flush=True)
+        print(f"[fray] {attempt_line(attempt)}", file=self.out, flush=True)
+
+    def progress(self, info: JobInfo) -> None:
+        """:meth:`MonitorView.progress`, escaped: the final line quotes the job's error (its exception's message)."""
+        from fray_core.types import JobStatus
+
+        line = progress_line(info)
+        now = time.monotonic()
+        if line != self._last:
+            print(f"[fray] {line}", file=self.out, flush=True)
+            self._last, self._changed_at, self._printed_at = line, now, now
+        elif info.status is JobStatus.PENDING and now - self._printed_at >= MONITOR_HEARTBEAT:
+            print(f"[fray] {line} (still waiting after {now - self._changed_at:.0f}s)", file=self.out, flush=True)
+            self._printed_at = now
 
     def close(self, info: JobInfo | None) -> None:
         """Nothing left to draw: every state change was printed as it came."""
@@ -117,7 +157,7 @@ class LiveView(MonitorView):
         style = {"SUCCEEDED": "green", "PREEMPTED": "yellow", "FAILED": "red"}.get(
             attempt.outcome.value if attempt.outcome else "", ""
         )
-        self.console.print(Text(f"[fray] {safe(describe_attempt(attempt))}", style=style))
+        self.console.print(Text(f"[fray] {attempt_line(attempt)}", style=style))
 
     def progress(self, info: JobInfo) -> None:
         self.info = info
@@ -126,7 +166,7 @@ class LiveView(MonitorView):
         """Remove the live line; leave the final state as a plain line."""
         self.live.stop()
         if info is not None:
-            print(f"[fray] {safe(describe_progress(info))}", file=self.out, flush=True)
+            print(f"[fray] {progress_line(info)}", file=self.out, flush=True)
 
 
 def follow(cluster: Cluster, job_id: str, out: TextIO, stop_on_interrupt: bool, always_table: bool = False) -> int:
@@ -158,6 +198,6 @@ def follow(cluster: Cluster, job_id: str, out: TextIO, stop_on_interrupt: bool, 
     print_timeline(info, out)
     goodput = describe_goodput(info)
     if goodput:
-        print(f"[fray] {goodput}", file=out)
+        print(f"[fray] goodput {goodput}", file=out)
     print_results(load_results(cluster, info), out)  # `launch --wait` and `sim` show results; list and status do not
     return exit_code(info.status)

@@ -44,29 +44,36 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
-    """A table on ``out``: bold headers and fitted to the width on a terminal, else :func:`format_table`."""
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO, wrap: int | None = None) -> None:
+    """A table on ``out``: bold headers and fitted to the width on a terminal, else :func:`format_table`.
+    On a terminal, column ``wrap`` (default: the last) takes the room left and wraps; every other column
+    keeps its text whole, so no column is ever dropped."""
     if not is_terminal(out):
         print(format_table(headers, rows), file=out)
         return
     from rich.console import Console
 
-    Console(file=out, highlight=False).print(_table(headers, rows, fit=True))
+    console = Console(file=out, highlight=False)
+    if wrap is None and len(headers) > 8:  # `--wide`: every column at its full width, wider than the terminal if need be
+        console = Console(file=out, highlight=False, width=100_000)
+    console.print(_table(headers, rows, fit=True, wrap=wrap))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: bool) -> Any:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: bool, wrap: int | None = None) -> Any:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1), header_style="bold" if fit else "")
     cells = [[Text("" if c is None else safe(str(c))) for c in row] for row in rows]  # Text: no markup
+    flexible = len(headers) - 1 if wrap is None else wrap
     for i, h in enumerate(headers):
-        last = i == len(headers) - 1
+        last = i == flexible
         # on a terminal the last column (names, causes) takes the room left and wraps; the others keep
         # their text whole
         widest = max([len(h)] + [len(r[i]) for r in cells if i < len(r)])
-        if fit and last:
-            table.add_column(Text(h), ratio=1)
+        if fit and last:  # never squeezed to nothing: at least its header, or its longest word
+            words = [len(w) for r in cells if i < len(r) for w in r[i].plain.split()]
+            table.add_column(Text(h), ratio=1, min_width=max([len(h), *words[:1000]]) if wrap is not None else None)
         else:
             table.add_column(Text(h), no_wrap=True, overflow="fold", min_width=widest)
     for row in cells:
@@ -125,6 +132,36 @@ def first_line(text: str | None) -> str:
     return text.strip().splitlines()[0] if text and text.strip() else ""
 
 
+def one_line(text: str | None) -> str:
+    """A multi-line message on one line: its first line, and when that line announces what follows (ends
+    with ``:``, as ``...; last output:`` does) the last non-empty line of what follows, so the line never
+    ends on a dangling colon.
+
+    >>> one_line("CommandFailed: exit code 3; last output:\\none\\ntwo\\n")
+    'CommandFailed: exit code 3; last output: two'
+    """
+    lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:
+        head += f" {lines[-1]}"
+    return head
+
+
+def describe_error(info: JobInfo) -> str:
+    """The job's error on one line. A backend's error can end with ``last output:`` while the output itself
+    is only in the failed attempt's cause: the last line of that output is added from there."""
+    error = one_line(info.error)
+    if not error.endswith(":"):
+        return error
+    for a in reversed(info.attempts):
+        lines = [line.strip() for line in (a.cause or "").strip().splitlines() if line.strip()]
+        if len(lines) > 1 and error.endswith(lines[0]):
+            return f"{error} {lines[-1]}"
+    return error
+
+
 def timestamp(t: float | None) -> str:
     if not t:
         return "-"
@@ -138,7 +175,7 @@ def attempt_rows(info: JobInfo) -> list[list[str]]:
         end = a.ended_at if a.ended_at is not None else (now if a.outcome is None else None)
         dur = duration(end - a.started_at if end is not None and a.started_at else None)
         outcome = a.outcome.value if a.outcome else ("RUNNING" if a.slices else "WAITING")
-        rows.append([str(a.index), ", ".join(a.slices) or "-", outcome, dur, first_line(a.cause)])
+        rows.append([str(a.index), ", ".join(a.slices) or "-", outcome, dur, one_line(a.cause)])
     return rows
 
 
@@ -335,14 +372,34 @@ def job_json(info: JobInfo) -> dict[str, Any]:
 
 
 def describe_goodput(info: JobInfo) -> str | None:
-    """``goodput 80% (productive 80.0s, pending 10.0s, lost 10.0s; chips 75%)`` of a job that ended, else None."""
+    """``80% (productive 80.0s, pending 10.0s, lost 10.0s)`` of a job that ended, else None. A STOPPED job
+    was never going to produce its result, so it has no ratio: what it ran and waited is said instead.
+
+    >>> from fray_core.types import Goodput, JobInfo, JobStatus
+    >>> describe_goodput(JobInfo(job_id="j", name="j", status=JobStatus.SUCCEEDED, goodput=Goodput(10.0, 80.0, 10.0)))
+    '80% (productive 80.0s, pending 10.0s, lost 10.0s)'
+    >>> describe_goodput(JobInfo(job_id="j", name="j", status=JobStatus.STOPPED, goodput=Goodput(2.0, 0.0, 8.0)))
+    '- (stopped before it finished: ran 8.0s, pending 2.0s)'
+    """
+    from fray_core.types import JobStatus
+
     g = info.goodput
     if g is None:
         return None
-    text = (
-        f"goodput {g.ratio:.0%} (productive {g.productive_s:.1f}s, pending {g.pending_s:.1f}s, "
-        f"lost {g.lost_s:.1f}s"
-    )
+    if info.status is JobStatus.STOPPED:
+        return f"- (stopped before it finished: ran {g.lost_s + g.productive_s:.1f}s, pending {g.pending_s:.1f}s)"
+    text = f"{g.ratio:.0%} (productive {g.productive_s:.1f}s, pending {g.pending_s:.1f}s, lost {g.lost_s:.1f}s"
     if g.productive_chip_s or g.lost_chip_s or g.pending_chip_s:
         text += f"; chip-seconds {g.chip_ratio:.0%} useful"
     return text + ")"
+
+
+def describe_stop(info: JobInfo) -> str | None:
+    """Why a job ended STOPPED, for people (the record says ``terminated``); None for any other job."""
+    from fray_core.types import JobStatus
+
+    if info.status is not JobStatus.STOPPED:
+        return None
+    if not info.error or info.error.strip() == "terminated":
+        return "on request (fray stop, Cluster.terminate, or a signal to its supervisor)"
+    return one_line(info.error)

@@ -1,0 +1,448 @@
+"""What users of ``ray job``, ``sky jobs`` and kubectl reach for in ``fray`` (issue 33), and the small
+defects found by trying the CLI as a new user. In-process (``main([...])``) where nothing has to run;
+a subprocess where a real job or the console script matters (the ``Fray`` runner of test_cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_cli import JOBS_MOD, Fray
+
+from fray_core.cli import main
+from fray_core.cli.launch import build_request, default_name
+from fray_core.cli.live import status_line
+from fray_core.cli.output import describe_error
+from fray_core.records import JobStore, owner_info
+from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo, JobStatus
+
+
+@pytest.fixture
+def jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobStore:
+    """An in-process ``fray`` with its own jobs dir (and no config file or cluster from the environment)."""
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS", "FRAY_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "jobs_mod.py").write_text(JOBS_MOD)
+    return JobStore(str(tmp_path / "jobs"))
+
+
+@pytest.fixture
+def fray(tmp_path: Path) -> Fray:
+    (tmp_path / "jobs_mod.py").write_text(JOBS_MOD)
+    return Fray(tmp_path)
+
+
+def _attempt(index: int, outcome: AttemptOutcome | None, cause: str | None = None, start: float = 1.0, end: float | None = 2.0) -> Attempt:
+    return Attempt(index=index, slices=["local"], started_at=start, ended_at=end, outcome=outcome, cause=cause)
+
+
+# ------------------------------------------------------------------------------------ small defects
+
+
+def test_launch_without_arguments_names_only_target(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["launch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fray launch: error: the following arguments are required: TARGET"), err
+    assert "ARGS" not in err and err.count("\n") == 1
+
+
+def test_unknown_option_blames_the_subcommand(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--jsn"]) == 2
+    assert capsys.readouterr().err.startswith("fray list: error: unrecognized arguments: --jsn")
+
+
+def test_logs_tail_before_the_id(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fray logs --tail 5 x``: 5 is the count, x the job (not ``--tail x``); a bad count is named as given."""
+    assert main(["logs", "--tail", "5", "x"]) == 2
+    assert "unknown job id 'x'" in capsys.readouterr().err
+    assert main(["logs", "--tail", "five", "x"]) == 2
+    assert "argument -n/--tail: expected an int >= 0, got 'five'" in capsys.readouterr().err
+
+
+def test_debug_keeps_exit_code_2(fray: Fray) -> None:
+    fray.env["FRAY_DEBUG"] = "1"
+    r = fray("status", "no-such-job")
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" in r.stderr and r.stderr.rstrip().endswith("unknown job id 'no-such-job' (no record under " + str(fray.jobs_dir) + ")")
+
+
+def test_live_line_says_one_host() -> None:
+    info = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING, attempts=[Attempt(0, ["r0"])],
+                   progress="attempt 0: running", request_summary={"replicas": 1})
+    assert status_line(info, 1.0).endswith("attempt 0: running (1 host)")
+    info = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING, attempts=[Attempt(0, ["r0"])],
+                   progress="attempt 0: running", request_summary={"replicas": 3})
+    assert status_line(info, 1.0).endswith("(3 hosts)")
+
+
+def test_default_names_tell_modules_apart() -> None:
+    names = {default_name("train:main", []), default_name("evaluate:main", []), default_name("pkg.sweep:main", [])}
+    assert names == {"train-main", "evaluate-main", "sweep-main"}
+    assert default_name("python", ["train.py", "--lr", "3"]) != default_name("python", ["eval.py"])
+    assert default_name("bash", ["run.sh"]) == "bash-run"
+
+
+def test_status_goodput_is_said_once(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs.write(JobInfo(job_id="done-1", name="done", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=11.0,
+                       attempts=[_attempt(0, AttemptOutcome.SUCCEEDED)], goodput=Goodput(1.0, 7.1, 1.9)), owner=owner_info())
+    assert main(["status", "done-1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^goodput +71% \(productive 7.1s, pending 1.0s, lost 1.9s\)$", out, re.MULTILINE), out
+    assert "goodput goodput" not in out
+
+
+def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs.write(JobInfo(job_id="stopped-1", name="s", status=JobStatus.STOPPED, error="terminated", submitted_at=1.0,
+                       finished_at=11.0, attempts=[_attempt(0, AttemptOutcome.CANCELLED, "terminated")],
+                       goodput=Goodput(2.0, 0.0, 8.0)), owner=owner_info())
+    assert main(["status", "stopped-1"]) == 0
+    out = capsys.readouterr().out
+    assert "error" not in out and "0%" not in out, out
+    assert re.search(r"^stopped +on request", out, re.MULTILINE), out
+    assert re.search(r"^goodput +- \(stopped before it finished: ran 8.0s, pending 2.0s\)$", out, re.MULTILINE), out
+
+
+def test_failure_message_carries_the_last_output() -> None:
+    cause = "failed on replica 0: CommandFailed: exit code 3 on local host 0; last output:\nstep 1\nout of memory\n"
+    info = JobInfo(job_id="j", name="j", status=JobStatus.FAILED, attempts=[_attempt(0, AttemptOutcome.FAILED, cause)],
+                   error="failed 1 time(s), max_retries_failure=0; last error: failed on replica 0: CommandFailed: exit "
+                         "code 3 on local host 0; last output:")
+    assert describe_error(info).endswith("; last output: out of memory")
+
+
+def test_failed_launch_wait_shows_the_output_and_escapes_the_message(fray: Fray) -> None:
+    """``fray launch --wait`` of a job whose exception message holds terminal escapes (title, clear screen)."""
+    (fray.workdir / "hostile.py").write_text(
+        "def boom():\n    raise RuntimeError('\\x1b]0;pwned\\x07\\x1b[2Jgone')\n"
+    )
+    r = fray("launch", "--wait", "hostile:boom")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\x1b" not in r.stderr
+    assert "\\x1b]0;pwned\\x07\\x1b[2Jgone" in r.stdout
+    r = fray("launch", "--wait", "bash", "-c", "echo first; echo last words; exit 3")
+    assert r.returncode == 1
+    final = [line for line in r.stdout.splitlines() if "FAILED |" in line]
+    assert final and final[-1].endswith("last output: last words"), r.stdout
+
+
+def test_version(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fray ") and out.split()[1][0].isdigit()
+
+
+# ------------------------------------------------------------------------------------ launch options
+
+
+def _launch_args(*argv: str) -> argparse.Namespace:
+    from fray_core.cli import build_parser
+
+    return build_parser().parse_args(["launch", *argv])
+
+
+def test_launch_gpu_env_pip(jobs: JobStore) -> None:
+    req = build_request(_launch_args("--gpu", "A100:8", "--replicas", "2", "--env", "A=1", "--pip", "optax>=0.1",
+                                     "jobs_mod:add", "1"), on_this_machine=True)
+    assert req.resources.device.kind == "gpu" and req.resources.device.type == "A100" and req.resources.device.count == 8
+    assert req.resources.replicas == 2
+    assert req.environment is not None and dict(req.environment.env_vars) == {"A": "1"}
+    assert list(req.environment.pip_packages) == ["optax>=0.1"]
+    assert build_request(_launch_args("--gpu", "H100", "jobs_mod:add", "1"), True).resources.device.count == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gpu", "A100:0", "jobs_mod:add"], "argument --gpu: expected TYPE or TYPE:N"),
+        (["--gpu", ":2", "jobs_mod:add"], "argument --gpu: expected TYPE or TYPE:N"),
+        (["--gpu", "A100", "--tpu", "v4-8", "jobs_mod:add"], "--gpu and --tpu cannot be combined"),
+    ],
+)
+def test_launch_gpu_bad_input(jobs: JobStore, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(["launch", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- logs and lists you can cut
+
+
+def _plant_log(store: JobStore, job_id: str, lines: list[str]) -> None:
+    store.write(JobInfo(job_id=job_id, name="logged", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=2.0),
+                owner=owner_info())
+    Path(store.log_path(job_id)).write_text("".join(f"{line}\n" for line in lines))
+
+
+def test_logs_tail_host_attempt(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [f"[a{a} s{s}/h{h}] step {i}" for i in range(30) for a in (0, 1) for s in (0, 1) for h in (0, 1)]
+    _plant_log(jobs, "tpu-1", lines)
+    with open(jobs.log_path("tpu-1"), "a") as f:
+        f.write("[a1 s0/h0] a partial line with no newline yet")
+
+    def logs(*argv: str) -> list[str]:
+        assert main(["logs", "tpu-1", *argv]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    assert logs() == lines  # a line still being written is not shown
+    assert logs("--tail", "3") == lines[-3:]
+    assert logs("-n", "0") == []
+    assert logs("--tail", "1000") == lines
+    assert logs("--host", "1/0") == [x for x in lines if "s1/h0]" in x]
+    assert logs("--attempt", "1", "--host", "0/1", "--tail", "2") == ["[a1 s0/h1] step 28", "[a1 s0/h1] step 29"]
+    assert logs("--attempt", "7") == []
+    _plant_log(jobs, "cpu-1", ["[a0 r0] x", "[a0 r1] y", "[fray] note", "[a1 r1] z"])
+    assert main(["logs", "cpu-1", "--host", "r1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["[a0 r1] y", "[a1 r1] z"]
+    assert main(["logs", "cpu-1", "--host", "x/y"]) == 2
+    assert "argument --host: expected SLICE/HOST" in capsys.readouterr().err
+
+
+def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) -> None:
+    """A 100 MB log (one 'line' of it 20 MB with no newline, as progress bars write): ``--tail`` reads a few
+    blocks from the end, a filter scans the whole log in ~1 MiB pieces. Loading it whole costs 300+ MiB."""
+    _plant_log(jobs, "big-1", [])
+    block = "".join(f"[a0 r{i % 2}] {'x' * 90} {i}\n" for i in range(10_000)).encode()  # ~1 MB
+    with open(jobs.log_path("big-1"), "wb") as f:
+        f.writelines(block for _ in range(80))
+        f.write(b"[a0 r0] " + b"\r" * (20 << 20) + b"\n")
+        f.write(block)
+        f.write(b"[a1 r1] the last line\n")
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+        "assert r.returncode == 0, r.stderr\n"
+        "print(len(r.stdout.splitlines()), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def run(*argv: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "fray_core.cli", "logs", "big-1", *argv],
+                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+        assert out.returncode == 0, out.stderr
+        n, rss = map(int, out.stdout.split())
+        return n, rss
+
+    n, rss = run("--tail", "5")
+    assert n == 5 and rss < 120, f"--tail 5 of a 100 MB log: {rss} MiB"
+    n, rss = run("--host", "r1", "--tail", "3")
+    assert n == 3 and rss < 120, rss
+    n, rss = run("--attempt", "1")  # every line read, one printed
+    assert n == 1 and rss < 120, f"a 100 MB log scanned with {rss} MiB"
+
+
+def _ran(store: JobStore, job_id: str, status: JobStatus, **kw: object) -> None:
+    store.write(JobInfo(job_id=job_id, name=job_id.split("-")[0], status=status, submitted_at=time.time() - 90, **kw),
+                owner=owner_info())
+
+
+def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
+    """On an 80-column terminal nothing is dropped (AGE was): the STATUS column wraps; --wide adds columns."""
+    from test_cli import _run_in_terminal
+
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "waiting-20250101-120000-abcdef", JobStatus.PENDING,
+         pending_reason="queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by train-a, train-b")
+    code, out = _run_in_terminal(fray, "list", columns=80)
+    assert code == 0, out
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.replace("\r", ""))
+    assert "AGE" in text and "1m" in text and "PREEMPT/FAIL" in text, text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    code, out = _run_in_terminal(fray, "list", "--wide", columns=80)
+    assert code == 0 and "GOODPUT" in out and "SUBMITTED" in out, out
+
+
+def _watch(fray: Fray, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*__import__("test_cli").FRAY, *argv], cwd=fray.workdir, env=fray.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> str:
+    import selectors
+
+    seen = ""
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    end = time.monotonic() + timeout
+    while needle not in seen:
+        assert time.monotonic() < end, f"no {needle!r} in {seen[-2000:]!r}"
+        if sel.select(timeout=1):
+            line = proc.stdout.readline()
+            assert line, f"exited before {needle!r}: {seen[-2000:]!r}"
+            seen += line
+    return seen
+
+
+def test_list_and_status_watch_show_a_state_change(fray: Fray) -> None:
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "watched-1", JobStatus.PENDING, pending_reason="queued: 1st for 1 x v4-16")
+    lister = _watch(fray, "list", "-w", "--interval", "0.2")
+    status = _watch(fray, "status", "watched-1", "-w", "--interval", "0.2")
+    try:
+        _read_until(lister, "PENDING (queued: 1st for 1 x v4-16)")
+        _read_until(status, "pending")
+        _ran(store, "watched-1", JobStatus.FAILED, error="boom", finished_at=time.time())
+        _read_until(lister, "FAILED")
+        assert status.wait(60) == 1  # status -w ends with the job, with its exit code
+        assert "boom" in status.stdout.read()  # type: ignore[union-attr]
+        lister.send_signal(2)  # Ctrl-C
+        assert lister.wait(60) == 130
+    finally:
+        for p in (lister, status):
+            if p.poll() is None:
+                p.kill()
+
+
+# ------------------------------------------------------------------------------------ housekeeping
+
+
+def test_stop_several_and_all_with_filters(fray: Fray) -> None:
+    from helpers import wait_for
+
+    ids = []
+    for n in range(2):
+        marker = fray.workdir / f"started-{n}"
+        r = fray("launch", "--name", f"sweep-{n}", "jobs_mod:block", f"marker={marker}")
+        assert r.returncode == 0, r.stderr
+        ids.append(r.stdout.strip())
+        wait_for(marker.exists, what="the job to start")
+    r = fray("stop", "--all", "--name", "sweep-*")  # not a terminal, no -y: refused, nothing stopped
+    assert r.returncode == 2 and "without -y" in r.stderr, r.stderr
+    assert {fray.status(i)["status"] for i in ids} == {"RUNNING"}
+    r = fray("stop", *ids)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{i}: STOPPED" for i in ids]
+    r = fray("stop", "--all", "-y")
+    assert r.returncode == 0 and "no running or pending job matches" in r.stderr
+
+
+def test_stop_a_frozen_supervisor_times_out_with_exit_4(fray: Fray) -> None:
+    import signal
+
+    from helpers import wait_for
+
+    marker = fray.workdir / "started"
+    job_id = fray("launch", "jobs_mod:block", f"marker={marker}").stdout.strip()
+    wait_for(marker.exists, what="the job to start")
+    pid = fray.owner_pid(job_id)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        r = fray("stop", "--timeout", "1", job_id)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert f"job {job_id} did not stop within 1 s" in r.stderr and r.stderr.count("\n") == 1
+    wait_for(lambda: fray.status(job_id)["status"] == "STOPPED", what="the job to stop once its supervisor resumes")
+
+
+def test_rm_and_prune_never_a_running_job(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    old = time.time() - 10 * 86400
+    jobs.write(JobInfo(job_id="old-done", name="old", status=JobStatus.SUCCEEDED, submitted_at=old, finished_at=old + 5),
+               owner=owner_info())
+    jobs.write(JobInfo(job_id="old-failed", name="old", status=JobStatus.FAILED, error="x", submitted_at=old,
+                       finished_at=old + 5), owner=owner_info())
+    jobs.write(JobInfo(job_id="old-running", name="old", status=JobStatus.RUNNING, submitted_at=old), owner=owner_info())
+    jobs.write(JobInfo(job_id="new-done", name="new", status=JobStatus.SUCCEEDED, submitted_at=time.time(),
+                       finished_at=time.time()), owner=owner_info())
+    assert main(["prune", "--older-than", "7d", "--dry-run"]) == 0
+    assert "would remove old-done" in capsys.readouterr().out and jobs.exists("old-done")
+    assert main(["prune", "--older-than", "7d", "--status", "failed"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["removed old-failed (FAILED, ended 9d ago)"]
+    assert main(["prune", "--older-than", "7d"]) == 0
+    assert not jobs.exists("old-done") and jobs.exists("old-running") and jobs.exists("new-done")
+    capsys.readouterr()
+    assert main(["rm", "old-running"]) == 2
+    assert "job old-running is RUNNING: only a job that ended can be removed" in capsys.readouterr().err
+    assert main(["rm", "new-done"]) == 0 and not jobs.exists("new-done")
+    assert main(["rm", "new-done"]) == 2 and "unknown job id 'new-done'" in capsys.readouterr().err
+    assert main(["rm", "--all", "-y"]) == 0  # only ended jobs: the running one stays
+    assert jobs.exists("old-running")
+    assert main(["prune", "--older-than", "soon"]) == 2
+
+
+def test_config_file_env_and_flags_precedence(jobs: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from fray_core.cli.config import resolve_spec
+
+    assert resolve_spec(None, None) == ("local", "default")
+    conf = tmp_path / "config" / "fray" / "config.toml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('cluster = "local?tpu=v4-16:2"\njobs_dir = "%s"\n' % (tmp_path / "conf-jobs"))
+    monkeypatch.delenv("FRAY_JOBS_DIR")
+    assert resolve_spec(None, None) == ("local?tpu=v4-16:2", f"config file {conf}")
+    assert os.environ["FRAY_JOBS_DIR"] == str(tmp_path / "conf-jobs")  # the config's jobs dir, for what fray starts
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "env-jobs"))
+    resolve_spec(None, None)
+    assert os.environ["FRAY_JOBS_DIR"] == str(tmp_path / "env-jobs")  # the env var wins over the file
+    monkeypatch.setenv("RAY_ADDRESS", "10.1.2.3:6379")
+    assert resolve_spec(None, None) == ("ray?address=10.1.2.3%3A6379", "RAY_ADDRESS")
+    monkeypatch.setenv("FRAY_CLUSTER_SPEC", "local")
+    assert resolve_spec(None, None) == ("local", "FRAY_CLUSTER_SPEC")
+    assert resolve_spec(None, "127.0.0.1:1234") == ("ray?address=127.0.0.1%3A1234", "--address")
+    assert resolve_spec("local?tpu=v4-8:1", None)[0] == "local?tpu=v4-8:1"
+    assert main(["--address", "a:1", "--cluster", "local", "list"]) == 2
+    assert "--cluster and --address both name a cluster" in capsys.readouterr().err
+    conf.write_text('clustr = "local"\n')
+    assert main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {conf}: unknown key 'clustr'; allowed: cluster, jobs_dir" in err and err.count("\n") == 1
+    conf.write_text("cluster = [\n")
+    assert main(["list"]) == 2 and "not valid TOML" in capsys.readouterr().err
+
+
+def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for shell in ("bash", "zsh"):
+        assert main(["completion", shell]) == 0
+        script = capsys.readouterr().out
+        assert "complete -F _fray fray" in script and "--tail" in script and "prune" in script
+    (tmp_path / "c.sh").write_text(script.split("bashcompinit\n", 1)[1])
+    complete = (f"source {tmp_path / 'c.sh'}; COMP_WORDS=(fray lo); COMP_CWORD=1; _fray; echo ${{COMPREPLY[@]}}; "
+                "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; _fray; echo ${COMPREPLY[@]}")
+    r = subprocess.run(["bash", "-c", complete], capture_output=True, text=True, timeout=60, check=False)
+    assert r.stdout.split("\n")[:2] == ["logs", "--tail"], r.stdout + r.stderr
+    assert main(["doctor", "--cluster", "local?tpu=v4-16:2"]) == 0
+    out = capsys.readouterr().out
+    assert "cluster      local?tpu=v4-16:2 (from --cluster)" in out and "simulated: 2 x v4-16" in out
+    assert "writable" in out and "no problems found" in out
+    (Path(jobs.root) / "stray").write_text("")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "!!  records" in out and "fix: fray rm stray" in out
+    assert main(["rm", "stray"]) == 0 and not (Path(jobs.root) / "stray").exists()
+    assert main(["doctor"]) == 0
+
+
+@pytest.mark.ray
+def test_doctor_sees_the_ray_clusters_tpu_slices(ray_tpu_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``fray doctor --address ADDR`` (as ``ray job --address``): Ray's version, the nodes, the TPU slices
+    their ``ray.io/tpu-*`` labels show."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
+    env.update(FRAY_JOBS_DIR=str(tmp_path / "jobs"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    r = subprocess.run([*__import__("test_cli").FRAY, "doctor", "--address", ray_tpu_cluster.address], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(from --address)" in r.stdout and "ray 2." in r.stdout
+    assert re.search(r"tpu slices +2 x v4-16", r.stdout), r.stdout
+
+
+def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:
+    """``cluster.logs`` / ``JobStore.iter_log`` (what ``launch --wait`` follows): a 'line' of 3.5 MiB with no
+    newline (a progress bar) comes out in pieces of ``MAX_LOG_LINE``, not as one string held whole."""
+    from fray_core.records import MAX_LOG_LINE
+
+    _plant_log(jobs, "bar-1", [])
+    with open(jobs.log_path("bar-1"), "wb") as f:
+        f.write(b"[a0 r0] start\n[a0 r0] " + b"#\r" * (7 << 19) + b"\n[a0 r0] end\n[a0 r0] partial")
+    lines = list(jobs.iter_log("bar-1", follow=False, is_done=None))
+    assert lines[0] == "[a0 r0] start" and lines[-1] == "[a0 r0] end"
+    assert max(len(x) for x in lines) <= MAX_LOG_LINE
+    assert sum(len(x) for x in lines[1:-1]) == 8 + (7 << 20)

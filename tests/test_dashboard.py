@@ -1,0 +1,234 @@
+"""``fray dashboard``: its JSON API over HTTP, and its pages in a real headless browser (Debian's chromium and
+chromium-driver, driven by selenium): the list loads and lists jobs, a job page draws its timeline, live
+refresh shows a state change, job bytes stay text.
+
+Without chromium the browser tests skip, saying why; under CI (``CI=true``, where .ci/run installs it) they
+fail instead, so a CI machine without a browser cannot pass them by skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import FRAY
+
+from fray_core.records import JobStore, owner_info
+from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo, JobStatus
+
+HOSTILE = '<img src=x id=pwned onerror="document.title=1">\x1b]0;t\x07'
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _plant(store: JobStore) -> dict[str, str]:
+    now = time.time()
+    store.write(JobInfo(
+        job_id="sim-1", name="sim", status=JobStatus.SUCCEEDED, submitted_at=now - 60, finished_at=now - 50, preemptions=1,
+        attempts=[
+            Attempt(0, ["v4-16-0", "v4-16-1"], now - 59, now - 56, AttemptOutcome.PREEMPTED, "preempted on slice 0 (v4-16-0) host 1"),
+            Attempt(1, ["v4-16-0", "v4-16-1"], now - 55, now - 50, AttemptOutcome.SUCCEEDED),
+        ],
+        goodput=Goodput(pending_s=2.0, productive_s=5.0, lost_s=3.0),
+        request_summary={"entrypoint": "train:main", "device": {"kind": "tpu", "type": "v4-16", "hosts": 2}, "replicas": 2},
+    ), owner=owner_info())
+    Path(store.log_path("sim-1")).write_text("[a0 s0/h0] step 0\n[a1 s0/h0] step 9\n[a1 s1/h1] done \x1b[2J\n")
+    store.write(JobInfo(job_id="hostile-1", name=HOSTILE, status=JobStatus.FAILED, error=HOSTILE, submitted_at=now - 30,
+                        finished_at=now - 29), owner=owner_info())
+    store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.PENDING, submitted_at=now - 10,
+                        pending_reason="queued: 1st for 2 x v4-16"), owner=owner_info())  # this process owns it: alive
+    return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1"}
+
+
+class Dashboard:
+    def __init__(self, proc: subprocess.Popen[str], url: str, store: JobStore) -> None:
+        self.proc, self.url, self.store = proc, url, store
+
+    def get(self, path: str, host: str | None = None, method: str = "GET") -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path.lstrip("/"), method=method)
+        if host:
+            req.add_header("Host", host)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                body = r.read().decode()
+                return r.status, json.loads(body) if r.headers.get_content_type() == "application/json" else body
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    tmp = tmp_path_factory.mktemp("dashboard")
+    store = JobStore(str(tmp / "jobs"))
+    _plant(store)
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
+    env.update(FRAY_JOBS_DIR=str(tmp / "jobs"), XDG_CONFIG_HOME=str(tmp / "config"))
+    proc = subprocess.Popen(
+        [*FRAY, "dashboard", "--port", "0", "--refresh", "0.3", "--cluster", "local?tpu=v4-16:2"],
+        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "fray dashboard: http://127.0.0.1:PORT/ (read-only; ...)"
+        assert line.startswith("fray dashboard: http://127.0.0.1:"), line + (proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
+        yield Dashboard(proc, line.split()[2], store)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+# ----------------------------------------------------------------------------------------------- API
+
+
+def test_api_has_the_json_fields_of_the_cli(dash: Dashboard) -> None:
+    from fray_core.cli.output import JOB_FIELDS
+
+    status, jobs = dash.get("/api/jobs")
+    assert status == 200 and {j["job_id"] for j in jobs} >= {"sim-1", "hostile-1", "waiting-1"}
+    assert all(set(j) == set(JOB_FIELDS) for j in jobs)
+    status, one = dash.get("/api/jobs/sim-1")
+    assert status == 200 and one["attempts"][0]["outcome"] == "PREEMPTED" and one["goodput"]["productive_s"] == 5.0
+    assert [j["job_id"] for j in dash.get("/api/jobs?status=pending")[1]] == ["waiting-1"]
+    assert [j["job_id"] for j in dash.get("/api/jobs?name=si*")[1]] == ["sim-1"]
+    status, logs = dash.get("/api/jobs/sim-1/logs")
+    assert logs["hosts"] == {"[a0 s0/h0]": ["step 0"], "[a1 s0/h0]": ["step 9"], "[a1 s1/h1]": ["done \x1b[2J"]}
+    assert dash.get("/api/jobs/nope")[0] == 404
+    fleet = dash.get("/api/fleet")[1]
+    assert [s["name"] for s in fleet["slices"]] == ["v4-16-0", "v4-16-1"] and fleet["capacity"] == {"v4-16": 2}
+
+
+def test_read_only_and_only_for_its_own_address(dash: Dashboard) -> None:
+    assert dash.get("/api/jobs", method="POST")[0] == 405
+    assert dash.get("/api/jobs", method="DELETE")[0] == 405
+    status, body = dash.get("/api/jobs", host="attacker.example:80")  # DNS rebinding: another name, same address
+    assert status == 421 and "sim-1" not in body
+    assert dash.get("/../../etc/passwd")[0] == 404
+    status, page = dash.get("/")
+    assert status == 200 and "sim-1" not in page  # pages hold no job data: the script fetches it as JSON
+
+
+def test_import_fray_core_does_not_load_the_dashboard() -> None:
+    code = "import sys, fray_core, fray_core.cli; assert not {'aiohttp', 'fray_core.dashboard'} & set(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# ------------------------------------------------------------------------------------------- browser
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    problem = None
+    if not chromium or not driver_path:
+        problem = "Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+    else:
+        try:
+            from selenium import webdriver
+            from selenium.webdriver.chrome.service import Service
+        except ModuleNotFoundError:
+            problem = "selenium is not installed (the test extra: python -m pip install -e '.[test]')"
+    if problem:
+        if IN_CI:
+            pytest.fail(f"CI=true but {problem}: .ci/run installs them")
+        pytest.skip(problem)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(driver: Any, predicate: Any, what: str, timeout: float = 30) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: predicate(d))
+    except Exception as e:
+        raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
+
+
+_ROWS = "return [...document.querySelectorAll(arguments[0])].map(r => [r.dataset.job || r.dataset.slice, [...r.cells].map(c => c.textContent)])"
+
+
+def _rows(driver: Any, selector: str) -> dict[str, list[str]]:
+    """The rows of a table as ``{key: [cell text...]}``, read in one script call (the page redraws itself)."""
+    return {k: v for k, v in driver.execute_script(_ROWS, selector) if k}
+
+
+def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser: Any) -> None:
+    browser.get(dash.url)
+    _wait(browser, lambda d: "sim-1" in _rows(d, "#jobs tbody tr"), "the job list")
+    rows = _rows(browser, "#jobs tbody tr")
+    assert set(rows) >= {"sim-1", "hostile-1", "waiting-1"}
+    assert rows["sim-1"][1:3] == ["sim", "SUCCEEDED"] and rows["sim-1"][4:7] == ["2", "1/0", "50%"], rows["sim-1"]
+    assert "queued: 1st for 2 x v4-16" in rows["waiting-1"][7]
+    assert rows["hostile-1"][1] == HOSTILE  # shown as text
+    assert browser.execute_script("return document.getElementById('pwned')") is None  # never parsed as markup
+    assert browser.title == "fray: jobs"
+
+
+_BARS = "return [...document.querySelectorAll('svg#timeline rect.bar')].map(b => [b.dataset.attempt, b.dataset.outcome, b.getAttribute('width')])"
+
+
+def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> None:
+    browser.get(dash.url + "job/sim-1")
+    bars = _wait(browser, lambda d: d.execute_script(_BARS), "the timeline")
+    assert sorted((a, o) for a, o, _ in bars) == [("0", "PREEMPTED"), ("0", "PREEMPTED"), ("1", "SUCCEEDED"), ("1", "SUCCEEDED")]
+    assert all(float(w) > 10 for _, _, w in bars)
+    waits = browser.execute_script("return [...document.querySelectorAll('svg#timeline rect.wait')].map(w => w.dataset.attempt)")
+    assert sorted(waits) == ["0", "0", "1", "1"]  # before each attempt got its two slices
+    page = browser.execute_script(
+        "return [[...document.querySelectorAll('svg#timeline > text')].map(t => t.textContent),"
+        " document.getElementById('logs').textContent, document.querySelector('pre.request').textContent]"
+    )
+    labels, logs, request = page
+    assert "v4-16-0" in labels and "v4-16-1" in labels
+    assert "[a1 s1/h1]" in logs and "step 9" in logs and "done \x1b[2J" in logs
+    assert '"entrypoint": "train:main"' in request
+
+
+def test_browser_live_refresh_shows_a_state_change(dash: Dashboard, browser: Any) -> None:
+    browser.get(dash.url)
+    _wait(browser, lambda d: "PENDING" in _rows(d, "#jobs tbody tr").get("waiting-1", ["", "", ""])[2], "the pending job")
+    browser.execute_script("window.__same_page = true")  # gone if the page were reloaded
+    now = time.time()
+    dash.store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.SUCCEEDED, submitted_at=now - 10,
+                             finished_at=now, attempts=[Attempt(0, ["v4-16-0"], now - 5, now, AttemptOutcome.SUCCEEDED)],
+                             goodput=Goodput(5.0, 5.0, 0.0)), owner=owner_info())
+    _wait(browser, lambda d: _rows(d, "#jobs tbody tr")["waiting-1"][2] == "SUCCEEDED", "the live refresh")
+    assert browser.execute_script("return window.__same_page") is True
+
+
+def test_browser_fleet_page(dash: Dashboard, browser: Any) -> None:
+    now = time.time()
+    dash.store.write(JobInfo(job_id="holder-1", name="holder", status=JobStatus.RUNNING, submitted_at=now,
+                             attempts=[Attempt(0, ["v4-16-1"], now)]), owner=owner_info())
+    browser.get(dash.url + "fleet")
+    rows = _wait(browser, lambda d: _rows(d, "#fleet tbody tr"), "the fleet")
+    assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][4] == "holder-1"
+    assert rows["v4-16-0"][4] == "-"
+
+
+def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
+    fake = tmp_path / "no_aiohttp" / "aiohttp"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
+    env = {**os.environ, "FRAY_JOBS_DIR": str(tmp_path / "jobs"),
+           "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([*FRAY, "dashboard", "--port", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "python -m pip install 'fray-jobs[dashboard]'" in r.stderr, r.stderr
