@@ -127,6 +127,32 @@ class TestRayProvider(ProviderConformance):
         yield p
         p.close()
 
+    @pytest.fixture
+    def fail_start(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[SliceProvider, int, Callable[[], None]], None]:
+        """The ``n``-th host task of the next start cannot be submitted."""
+        import fray_ray.provider as rp
+
+        def arm(provider: SliceProvider, n: int, before: Callable[[], None]) -> None:
+            real, submitted = rp._host_task, [0]
+
+            class Failing:
+                def options(self, **kw: Any) -> Any:
+                    task = real.options(**kw)
+
+                    class Submit:
+                        def remote(self, *args: Any) -> Any:
+                            if submitted[0] == n:
+                                before()
+                                raise RuntimeError("cannot submit the host task")
+                            submitted[0] += 1
+                            return task.remote(*args)
+
+                    return Submit()
+
+            monkeypatch.setattr(rp, "_host_task", Failing())
+
+        return arm
+
 
 # ------------------------------------------------------------------------------------------- clusters
 
