@@ -73,7 +73,6 @@ class LocalSliceProvider(SliceProvider):
 
     def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         attempt = hosts[0].attempt
-        slice_index = hosts[0].slice_index
         is_tpu = lease.handle is not None
         if is_tpu and attempt not in self._armed_attempts:
             # faults are keyed by attempt; armed once, when its first slice starts, on that attempt's leases
