@@ -341,18 +341,6 @@ class TpuFleet:
                 self.model.device_failed(lease.name, host, "device busy")
             return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
 
-    def apply_plan(self, attempt: int, leases: Sequence[SliceLease]) -> dict[tuple[int, int], dict[str, str]]:
-        """:meth:`arm`, then the injected env per (slice index, host) of those leases (the older form of
-        :meth:`host_env`, without the lockfile)."""
-        self.arm(attempt, leases)
-        with self._cond:
-            return {
-                (i, h): env
-                for i, lease in enumerate(leases)
-                for h in range(lease.hosts)
-                if (env := _fate_env(self.model.host_fate(lease.handle, h)))
-            }
-
     def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
         with self._cond:
