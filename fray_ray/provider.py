@@ -551,7 +551,7 @@ class RaySliceProvider:
                 tag, where = f"a{attempt} r{env['FRAY_REPLICA_ID']}", f"replica {h}"
                 opts = self._gang_task_options(pg, h)
             env = dict(env)
-            env["FRAY_CLUSTER_SPEC"] = "ray"  # tasks inside the job use Ray's job context
+            env.setdefault("FRAY_CLUSTER_SPEC", "ray")  # tasks inside the job use Ray's job context (unless the user set one)
             ref = _host_task.options(
                 max_retries=0,
                 retry_exceptions=False,
