@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "Entrypoint": "fray_core.types",
     "EnvironmentConfig": "fray_core.types",
     "FrayError": "fray_core.errors",
+    "HostPreempted": "fray_core.errors",
     "GpuConfig": "fray_core.types",
     "Goodput": "fray_core.types",
     "JobContext": "fray_core.context",
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.errors import (
         FrayError,
+        HostPreempted,
         JobFailedError,
         JobNotFoundError,
         UnknownBackendError,
@@ -126,6 +128,7 @@ __all__ = [
     "FrayError",
     "GpuConfig",
     "Goodput",
+    "HostPreempted",
     "JobContext",
     "JobFailedError",
     "JobFunction",
