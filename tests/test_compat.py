@@ -387,6 +387,54 @@ def test_preemption_budget_exhausted_on_ray(on_ray: Any, tmp_path: Path) -> None
     assert "preempted 1 time(s), max_retries_preemption=0" in str(err)
 
 
+_UNLABELLED_SCRIPT = """
+import os, sys
+from ray.exceptions import RayTaskError
+from fray_core import using_cluster
+from fray_core.compat.levanter import run_on_pod
+from fray_ray.testing import fake_tpu_cluster
+
+def where():
+    return f"{os.environ['TPU_NAME']} {os.environ.get('MEGASCALE_SLICE_ID', '-')}"
+
+class DeliberatelyRaisedException(Exception):
+    pass
+
+def failing_fn():
+    raise DeliberatelyRaisedException("This function is designed to fail.")
+
+sys.modules["__main__"].DeliberatelyRaisedException = DeliberatelyRaisedException
+with fake_tpu_cluster({"v4-8": 2}, labels=False) as fake, using_cluster(fake.cluster):
+    print("single", run_on_pod(where, "v4-8", num_slices=1))
+    print("multi", sorted(run_on_pod(where, "v4-8", num_slices=2)))
+    try:
+        run_on_pod(failing_fn, "v4-8", num_slices=1, max_retries_failure=0, max_retries_preemption=0)
+    except RayTaskError as e:
+        print("raised", type(e.cause).__name__, "DeliberatelyRaisedException" in str(e))
+"""
+
+
+@pytest.mark.ray
+def test_levanter_fixture_without_tpu_labels(tmp_path: Path) -> None:
+    """levanter's (and marin's) own Ray fixtures are TPU VMs with TPU resources (``TPU-v4-8-head``) and no
+    ``ray.io/tpu-*`` labels: their tests run there too. A cluster of its own, so in a subprocess."""
+    from fray_ray.testing import fake_tpu_cluster
+
+    if "labels" not in inspect.signature(getattr(fake_tpu_cluster, "__wrapped__", fake_tpu_cluster)).parameters:
+        pytest.skip("this fray_ray cannot emulate a cluster without TPU labels (fake_tpu_cluster(labels=False))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "FRAY_JOBS_DIR": str(tmp_path / "jobs")}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _UNLABELLED_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("single ['") and line.endswith(" -']") for line in lines), out.stdout
+    multi = next(line for line in lines if line.startswith("multi "))
+    assert " 0'" in multi and " 1'" in multi, multi
+    assert "raised DeliberatelyRaisedException True" in lines, out.stdout
+
+
 # ------------------------------------------------------------------------- Ray options -> ResourceConfig
 
 
