@@ -1,7 +1,8 @@
 """marin's own Fray tests, run against this project through the ``fray`` compat package.
 
 The tests below the "copied" lines are marin's (marin-community/marin, Apache-2.0), adapted only in their
-fixtures: ``lib/fray/tests/test_cluster.py`` at 0bb513221f10 (the ``fray.cluster`` API) and
+fixtures (and one marked line: Fray's replicas are a gang, marin's were not): ``lib/fray/tests/test_cluster.py``
+at 0bb513221f10 (the ``fray.cluster`` API) and
 ``lib/fray/tests/test_job_context.py`` at 01977dc66b42 (the ``fray.v1.job`` API). marin's ``cluster``
 fixture is parametrised over a ``LocalCluster`` and a ``RayCluster`` on a real local Ray; here the Ray case
 is the session's emulated Ray TPU cluster (run it under the Ray lock, see tests/conftest.py). Above them: the
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fray_core import using_cluster
 
@@ -142,6 +145,62 @@ def test_jax_platforms_cpu_by_default_and_overridable(local_cluster: Any) -> Non
     assert run(JAX_PLATFORMS="tpu,cpu")["JAX_PLATFORMS"] == "tpu,cpu"
     tpu = JobRequest(name="tpu", entrypoint=Entrypoint(callable=_job_env), resources=ResourceConfig.with_tpu("v4-8"))
     assert "JAX_PLATFORMS" not in local_cluster.wait(local_cluster.launch(tpu), timeout=120).result[0]
+
+
+@given(st.sampled_from(["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN"]), st.data())
+def test_a_status_equals_its_value_in_any_case(name: str, data: st.DataObject) -> None:
+    from fray.cluster import JobStatus
+
+    member = JobStatus[name]
+    spelling = "".join(c.lower() if data.draw(st.booleans()) else c for c in name)
+    assert member == spelling and spelling == member and not (member != spelling)
+    assert JobStatus(spelling) is member
+    other = data.draw(st.sampled_from([m for m in JobStatus if m is not member]))
+    assert member != other and member != other.value.lower() and member != other.value
+    assert {member: 1}[JobStatus(name)] == 1 and hash(member) == hash(name)
+
+
+@given(st.integers(0, 3), st.integers(0, 7), st.integers(1, 8), st.integers(0, 20), st.text(max_size=20))
+def test_logging_view_names_the_replica(attempt: int, s: int, hosts: int, rank: int, text: str) -> None:
+    from fray.cluster import LoggingMonitorView
+
+    view = LoggingMonitorView(hosts_per_slice=hosts)
+    assert view.replica_line(f"[a{attempt} r{rank}] {text}") == f"[replica-{rank}] {text}"
+    h = rank % hosts
+    assert view.replica_line(f"[a{attempt} s{s}/h{h}] {text}") == f"[replica-{s * hosts + h}] {text}"
+    assert view.replica_line(f"[fray] {text}") == f"[fray] {text}"
+
+
+@pytest.mark.parametrize(
+    ("status", "cause", "expected"),
+    [
+        ("RUNNING", None, ["RUNNING"] * 4),
+        ("SUCCEEDED", None, ["SUCCEEDED"] * 4),
+        ("FAILED", "failed on slice 1 (v4-16-1) host 0: ValueError: x", ["STOPPED", "STOPPED", "FAILED", "STOPPED"]),
+        ("STOPPED", "terminated", ["STOPPED"] * 4),
+    ],
+)
+def test_tasks_of_a_tpu_job_are_its_hosts(status: str, cause: str | None, expected: list[str]) -> None:
+    from fray_core import Attempt, AttemptOutcome, JobInfo, JobStatus
+
+    outcome = {"FAILED": AttemptOutcome.FAILED, "SUCCEEDED": AttemptOutcome.SUCCEEDED}.get(status)
+    info = JobInfo(
+        job_id="j", name="n", status=JobStatus(status), error="boom" if status == "FAILED" else None,
+        attempts=[Attempt(index=0, slices=["v4-16-0", "v4-16-1"], outcome=outcome, cause=cause)],
+        request_summary={"device": {"kind": "tpu", "type": "v4-16", "hosts": 2}, "replicas": 2},
+    )  # fmt: skip
+    assert [t.status for t in info.tasks] == expected
+    assert [t.error_message for t in info.tasks if t.status == "failed"] == (["boom"] if status == "FAILED" else [])
+    assert JobInfo(job_id="j", name="n", status=JobStatus.PENDING).tasks == []
+
+
+@pytest.mark.parametrize("module", ["fray", "fray._marin", "fray.job", "fray.cluster"])
+def test_docstring_examples(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
 
 
 # ---------------------------------------------------------------- the job context, all three kinds
@@ -313,6 +372,11 @@ def test_local_cluster_replica_integration(local_cluster, tmp_path, caplog):
             json.dump({"replica_id": str(replica_id), "replica_count": replica_count}, f)
 
         if replica_id == 1:
+            # ADAPTED (the one change to marin's test body): Fray runs the replicas as a gang, and stops the
+            # others when one fails; marin's ran them independently. Replica 1 fails once the others are done.
+            deadline = time.monotonic() + 60
+            while not all(os.path.exists(f"{output_path}_{r}.json") for r in (0, 2)) and time.monotonic() < deadline:
+                time.sleep(0.05)
             print("Replica 1 intentionally failing")
             sys.exit(1)
 
