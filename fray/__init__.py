@@ -28,7 +28,7 @@ from fray_core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fray_core import *  # noqa: F403
-    from fray_local import LocalCluster, LocalClusterConfig
+    from fray_local import LocalCluster, LocalClusterConfig  # noqa: F401
 
 __all__ = sorted(TOP)
 

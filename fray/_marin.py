@@ -6,7 +6,7 @@ import urllib.parse
 from typing import Any
 
 from fray_core.cluster import Cluster, cluster_from_spec
-from fray_core.context import JobContext, _DEFAULT
+from fray_core.context import _DEFAULT, JobContext
 
 __all__ = ["RayContext", "SimpleActor", "create_cluster", "set_job_ctx"]
 

@@ -73,15 +73,16 @@ def test_import_fray_never_imports_ray() -> None:
 
 
 def test_marin_import_paths_are_frays_own_classes() -> None:
+    import fray.v1.cluster
+    import fray.v1.job
+    from fray.v1.cluster.base import JobStatus
+
     import fray
     import fray.cluster
     import fray.job
-    import fray.v1.cluster
-    import fray.v1.job
     import fray_core
     import fray_local
     from fray.cluster.ray.tpu import run_on_pod
-    from fray.v1.cluster.base import JobStatus
     from fray_core.compat.levanter import run_on_pod as fray_run_on_pod
 
     assert fray.JobRequest is fray.cluster.JobRequest is fray.v1.cluster.JobRequest is fray_core.JobRequest
@@ -153,7 +154,7 @@ def test_a_status_equals_its_value_in_any_case(name: str, data: st.DataObject) -
 
     member = JobStatus[name]
     spelling = "".join(c.lower() if data.draw(st.booleans()) else c for c in name)
-    assert member == spelling and spelling == member and not (member != spelling)
+    assert member == spelling and spelling == member and not (member != spelling)  # noqa: SIM202 (tests __ne__)
     assert JobStatus(spelling) is member
     other = data.draw(st.sampled_from([m for m in JobStatus if m is not member]))
     assert member != other and member != other.value.lower() and member != other.value

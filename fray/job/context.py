@@ -22,4 +22,4 @@ __all__ = sorted(JOB)
 __getattr__, __dir__ = lazy_exports(__name__, JOB, __all__)
 
 # marin's tests import this private helper by name
-from fray_core.context import apply_default_jax_platforms as _apply_default_jax_platforms  # noqa: E402
+from fray_core.context import apply_default_jax_platforms as _apply_default_jax_platforms  # noqa: E402, F401

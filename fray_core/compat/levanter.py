@@ -199,7 +199,7 @@ def _rebuild_user_exception(cause: str | None) -> BaseException:
     if cls is not None:
         try:
             return cls(message)
-        except Exception:  # an __init__ that wants other arguments
+        except Exception:  # noqa: BLE001 - an __init__ that wants other arguments
             pass
     return RuntimeError(message or (cause or "the job failed").strip().splitlines()[0])
 
