@@ -27,9 +27,17 @@ _LAZY: dict[str, str] = {
     "Entrypoint": "fray_core.types",
     "EnvironmentConfig": "fray_core.types",
     "FrayError": "fray_core.errors",
+    "HostPreempted": "fray_core.errors",
     "GpuConfig": "fray_core.types",
     "Goodput": "fray_core.types",
     "JobContext": "fray_core.context",
+    "SyncContext": "fray_core.context",
+    "ThreadContext": "fray_core.context",
+    "fray_default_job_ctx": "fray_core.context",
+    "create_job_ctx": "fray_core.cluster",
+    "get_default_job_ctx": "fray_core.cluster",
+    "LoggingMonitorView": "fray_core.cluster",
+    "TaskStatus": "fray_core.types",
     "JobFailedError": "fray_core.errors",
     "JobId": "fray_core.types",
     "JobInfo": "fray_core.types",
@@ -72,11 +80,14 @@ if TYPE_CHECKING:
         set_current_cluster,
         using_cluster,
     )
-    from fray_core.context import JobContext
+    from fray_core.cluster import LoggingMonitorView, create_job_ctx, get_default_job_ctx
+    from fray_core.context import JobContext, SyncContext, ThreadContext, fray_default_job_ctx
+    from fray_core.types import TaskStatus
     from fray_core.decorator import JobFunction, job
     from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.errors import (
         FrayError,
+        HostPreempted,
         JobFailedError,
         JobNotFoundError,
         UnknownBackendError,
@@ -117,6 +128,7 @@ __all__ = [
     "FrayError",
     "GpuConfig",
     "Goodput",
+    "HostPreempted",
     "JobContext",
     "JobFailedError",
     "JobFunction",
@@ -125,9 +137,13 @@ __all__ = [
     "JobNotFoundError",
     "JobRequest",
     "JobStatus",
+    "LoggingMonitorView",
     "RemoteCallError",
     "ResourceConfig",
     "Session",
+    "SyncContext",
+    "TaskStatus",
+    "ThreadContext",
     "TpuConfig",
     "TpuSpec",
     "UnknownBackendError",
@@ -135,8 +151,11 @@ __all__ = [
     "WaitTimeoutError",
     "cluster_from_spec",
     "create_environment",
+    "create_job_ctx",
     "current_cluster",
+    "fray_default_job_ctx",
     "fray_job_ctx",
+    "get_default_job_ctx",
     "get_tpu_spec",
     "job",
     "parse_size",

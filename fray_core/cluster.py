@@ -21,8 +21,10 @@ import abc
 import contextlib
 import contextvars
 import importlib
+import logging
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -40,10 +42,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Cluster",
+    "LoggingMonitorView",
     "MonitorView",
     "cluster_from_spec",
+    "create_job_ctx",
     "current_cluster",
     "fray_job_ctx",
+    "get_default_job_ctx",
     "parse_spec",
     "register_backend",
     "set_current_cluster",
@@ -237,6 +242,9 @@ class Cluster(abc.ABC):
 
         >>> info = cluster.monitor(job_id)  # doctest: +SKIP
         """
+        if view is None and out is None and getattr(self, "log_to", "stdout") == "logging":
+            device = self.poll(job_id).request_summary.get("device") or {}
+            view = LoggingMonitorView(hosts_per_slice=int(device.get("hosts") or 1))
         view = view if view is not None else MonitorView(out or sys.stdout)
         lines: queue.Queue[str | None] = queue.Queue()
 
@@ -310,6 +318,43 @@ class MonitorView:
 
 #: seconds between repeated progress lines while a job waits (e.g. for capacity) without any change
 MONITOR_HEARTBEAT = 30.0
+
+
+_HOST_TAG = re.compile(r"^\[(?:a\d+ )?(?:r(\d+)|s(\d+)/h(\d+))\] ?")
+
+
+class LoggingMonitorView(MonitorView):
+    """:meth:`Cluster.monitor` through Python logging, as marin's Fray did: each line of a process's output
+    is logged at INFO as ``[replica-N] line`` (``N``: the process's index in (slice, host) order), attempts and
+    progress as ``[fray] ...``. ``LocalClusterConfig(log_to="logging")`` makes it the local default.
+
+    >>> info = cluster.monitor(job_id, view=LoggingMonitorView())  # doctest: +SKIP
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, hosts_per_slice: int = 1) -> None:
+        super().__init__(sys.stderr)
+        self.logger = logger or logging.getLogger("fray.job")
+        self.hosts_per_slice = hosts_per_slice
+
+    def replica_line(self, line: str) -> str:
+        """``[a0 r2] hi`` -> ``[replica-2] hi``; ``[a1 s1/h0] hi`` -> ``[replica-4] hi`` on 4-host slices."""
+        m = _HOST_TAG.match(line)
+        if m is None:
+            return line
+        rank = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) * self.hosts_per_slice + int(m.group(3))
+        return f"[replica-{rank}] {line[m.end():]}"
+
+    def log(self, line: str) -> None:
+        self.logger.info("%s", self.replica_line(line))
+
+    def attempt_ended(self, attempt: Attempt) -> None:
+        self.logger.info("[fray] %s", describe_attempt(attempt))
+
+    def progress(self, info: JobInfo) -> None:
+        line = describe_progress(info)
+        if line != self._last:
+            self.logger.info("[fray] %s", line)
+            self._last = line
 
 
 def describe_attempt(att: Attempt) -> str:
@@ -459,13 +504,70 @@ def current_cluster() -> Cluster:
         return cached
 
 
-def fray_job_ctx() -> JobContext:
-    """The job context of the current cluster (threads locally, tasks and actors on Ray).
+def fray_job_ctx(context_type: str | None = None, **options: Any) -> JobContext:
+    """The job context of the current cluster (threads locally, tasks and actors on Ray), or the one set
+    by ``fray_default_job_ctx(...)``; with ``context_type`` (``"sync"``, ``"threadpool"``, ``"ray"``, ``"auto"``)
+    a new context of that kind, as ``create_job_ctx(context_type, **options)`` (marin's signature).
 
     >>> ctx = fray_job_ctx()
     >>> ctx.get(ctx.run(pow, 3, 2))
     9
+    >>> type(fray_job_ctx("sync")).__name__
+    'SyncContext'
     """
+    from fray_core.context import default_job_ctx
+
+    if context_type is not None:
+        return create_job_ctx(context_type, **options)
+    if options:
+        raise TypeError(f"fray_job_ctx: {sorted(options)} need a context_type ('sync', 'threadpool' or 'ray')")
+    return default_job_ctx() or current_cluster().job_context()
+
+
+def get_default_job_ctx() -> JobContext:
+    """The context set by :func:`fray_default_job_ctx`, else ``create_job_ctx("auto")`` (marin's name)."""
+    from fray_core.context import default_job_ctx
+
+    return default_job_ctx() or create_job_ctx("auto")
+
+
+def create_job_ctx(context_type: str = "auto", *, max_workers: int | None = None, **ray_options: Any) -> JobContext:
+    """A new job context of a kind (marin's ``create_job_ctx``):
+
+    - ``"sync"``: :class:`SyncContext`, everything in the calling thread;
+    - ``"threadpool"``: :class:`ThreadContext` with ``max_workers`` threads (default: Fray's, 4 per core;
+      marin's default was 1);
+    - ``"ray"``: Ray tasks and actors (``fray_ray.context.RayJobContext``) with ``ray_options`` for every task
+      (``num_cpus=2``, ``memory=...``, ``runtime_env=...``); CPU-only tasks get ``JAX_PLATFORMS=cpu``;
+    - ``"auto"``: the current cluster's context (Ray's inside Ray or with ``FRAY_CLUSTER_SPEC=ray``, else threads).
+
+    >>> create_job_ctx("sync").get(create_job_ctx("sync").run(len, "abc"))
+    3
+    """
+    from fray_core.context import CONTEXT_TYPES, LocalJobContext, SyncContext
+
+    if context_type not in CONTEXT_TYPES:
+        raise ValueError(
+            f"Unknown context type: {context_type!r}. Supported: 'ray', 'threadpool', 'sync' (or 'auto')"
+        )
+    if context_type != "ray" and ray_options:
+        raise ValueError(f"create_job_ctx: {sorted(ray_options)} are Ray options; context_type {context_type!r} takes none")
+    if context_type != "threadpool" and max_workers is not None:
+        raise ValueError(f"create_job_ctx: max_workers is for context_type 'threadpool', not {context_type!r}")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1):
+        raise ValueError(f"create_job_ctx: max_workers must be an int >= 1, got {max_workers!r}")
+    if context_type == "sync":
+        return SyncContext()
+    if context_type == "threadpool":
+        return LocalJobContext(max_workers=max_workers)
+    if context_type == "ray":
+        import importlib
+
+        try:  # a backend package, loaded only when asked for (fray_core never imports ray itself)
+            ray_context = importlib.import_module("fray_ray.context")
+        except ImportError as e:
+            raise ImportError(f"create_job_ctx('ray') needs Ray: pip install 'fray-jobs[ray]' ({e})") from None
+        return ray_context.RayJobContext(ray_options=ray_options)
     return current_cluster().job_context()
 
 

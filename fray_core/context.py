@@ -13,21 +13,44 @@ Example::
     assert ctx.get(fut) == 9
     counter = ctx.create_actor(Counter, name="counter", get_if_exists=True)
     ctx.get(counter.incr.remote())
+
+marin's kinds of context are here too (``create_job_ctx("sync" | "threadpool" | "ray" | "auto")`` and
+``fray_job_ctx(context_type)``, in ``fray_core.cluster``, make them; ``SyncContext`` runs everything in the
+calling thread, as tests want)::
+
+    ctx = create_job_ctx("sync")
+    assert ctx.get(ctx.run(pow, 3, 2)) == 9     # ran before run() returned
 """
 
 from __future__ import annotations
 
 import abc
 import concurrent.futures as cf
+import contextlib
+import contextvars
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fray_core.errors import WaitTimeoutError
 
-__all__ = ["ActorHandle", "JobContext", "LocalJobContext"]
+__all__ = [
+    "CONTEXT_TYPES",
+    "ActorHandle",
+    "JobContext",
+    "LocalJobContext",
+    "SyncActorHandle",
+    "SyncContext",
+    "ThreadContext",
+    "apply_default_jax_platforms",
+    "default_job_ctx",
+    "fray_default_job_ctx",
+]
+
+#: the kinds ``create_job_ctx`` makes (marin's names)
+CONTEXT_TYPES = ("sync", "threadpool", "ray", "auto")
 
 
 class JobContext(abc.ABC):
@@ -178,6 +201,8 @@ class LocalJobContext(JobContext):
         preemptible: bool = True,
         **kwargs: Any,
     ) -> ActorHandle:
+        for marin_only in ("lifetime", "num_cpus"):  # accepted for marin's call sites; nothing to place here
+            kwargs.pop(marin_only, None)
         with self._lock:
             if name is not None and name in self._actors:
                 if get_if_exists:
@@ -188,3 +213,160 @@ class LocalJobContext(JobContext):
                 self._actors[name] = handle
             return handle
 
+
+
+#: ``ThreadContext`` is marin's name for the thread-pool context
+ThreadContext = LocalJobContext
+
+
+def _done(fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
+    """A future already resolved with ``fn(*args, **kwargs)`` (or its exception), run in this thread."""
+    fut: cf.Future = cf.Future()
+    try:
+        fut.set_result(fn(*args, **kwargs))
+    except BaseException as e:  # noqa: BLE001 - re-raised by get(), as a thread or a Ray task would
+        if not isinstance(e, Exception):
+            raise
+        fut.set_exception(e)
+    return fut
+
+
+class SyncActorHandle:
+    """An actor of :class:`SyncContext`: ``handle.method.remote(...)`` runs the method before it returns."""
+
+    def __init__(self, instance: Any, name: str | None) -> None:
+        self._instance = instance
+        self._name = name
+
+    def __getattr__(self, item: str) -> _ActorMethod:
+        if item.startswith("_"):
+            raise AttributeError(item)
+        if not callable(getattr(self._instance, item, None)):
+            raise AttributeError(f"actor of {type(self._instance).__name__} has no method {item!r}")
+        return _ActorMethod(self, item)  # type: ignore[arg-type]
+
+    def _call(self, method: str, args: tuple, kwargs: dict) -> cf.Future:
+        return _done(getattr(self._instance, method), args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"SyncActorHandle({type(self._instance).__name__}, name={self._name!r})"
+
+
+class SyncContext(JobContext):
+    """Everything in the calling thread, at once: ``run`` calls the function before it returns (a failure
+    is raised by ``get``, as with the other contexts), ``wait`` never waits. Deterministic: what tests want.
+
+    >>> ctx = SyncContext()
+    >>> fut = ctx.run(pow, 2, 10)
+    >>> fut.done(), ctx.get(fut)
+    (True, 1024)
+    """
+
+    def __init__(self) -> None:
+        self._actors: dict[str, SyncActorHandle] = {}
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> cf.Future:
+        if not callable(fn):
+            raise TypeError(f"run: expected a callable, got {fn!r}")
+        args = tuple(LocalJobContext._resolve(a) for a in args)
+        kwargs = {k: LocalJobContext._resolve(v) for k, v in kwargs.items()}
+        return _done(fn, args, kwargs)
+
+    def get(self, futures: Any, timeout: float | None = None) -> Any:
+        if isinstance(futures, (list, tuple)):
+            return [self.get(f) for f in futures]
+        return futures.result() if isinstance(futures, cf.Future) else futures
+
+    def wait(
+        self, futures: Sequence[Any], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        futures = list(futures)
+        if not 0 <= num_returns <= len(futures):
+            raise ValueError(f"wait: num_returns must be between 0 and {len(futures)}, got {num_returns}")
+        return futures[:num_returns], futures[num_returns:]
+
+    def put(self, obj: Any) -> cf.Future:
+        return _done(lambda: obj, (), {})
+
+    def create_actor(
+        self,
+        cls: type,
+        *args: Any,
+        name: str | None = None,
+        get_if_exists: bool = False,
+        preemptible: bool = True,
+        **kwargs: Any,
+    ) -> SyncActorHandle:
+        for marin_only in ("lifetime", "num_cpus"):  # accepted for marin's call sites; nothing to place here
+            kwargs.pop(marin_only, None)
+        if name is not None and name in self._actors:
+            if get_if_exists:
+                return self._actors[name]
+            raise ValueError(f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it")
+        handle = SyncActorHandle(cls(*args, **kwargs), name)
+        if name is not None:
+            self._actors[name] = handle
+        return handle
+
+
+def _requests_accelerator(options: Mapping[str, Any]) -> bool:
+    """Ray task options that ask for a GPU or a TPU (then JAX must see it)."""
+    gpus = options.get("num_gpus")
+    if isinstance(gpus, (int, float)) and gpus > 0 or options.get("accelerator_type"):
+        return True
+    resources = options.get("resources") or {}
+    return any(
+        isinstance(n, (int, float)) and n > 0 and str(k).upper().startswith(("TPU", "GPU")) for k, n in resources.items()
+    )
+
+
+def apply_default_jax_platforms(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray task options with ``JAX_PLATFORMS=cpu`` added to ``runtime_env.env_vars`` unless they ask for a
+    GPU/TPU or set ``JAX_PLATFORMS`` themselves. A CPU task that lands on a TPU host must not initialise
+    the TPU: it would take the device lock from the training job there.
+
+    >>> apply_default_jax_platforms({})["runtime_env"]["env_vars"]
+    {'JAX_PLATFORMS': 'cpu'}
+    >>> "runtime_env" in apply_default_jax_platforms({"resources": {"TPU": 4}})
+    False
+    """
+    out = dict(options)
+    if _requests_accelerator(out):
+        return out
+    runtime_env = out.get("runtime_env")
+    if runtime_env is not None and not isinstance(runtime_env, Mapping):
+        return out  # a RuntimeEnv object or similar: leave it alone
+    runtime_env = dict(runtime_env or {})
+    env_vars = runtime_env.get("env_vars")
+    if env_vars is not None and not isinstance(env_vars, Mapping):
+        return out
+    env_vars = dict(env_vars or {})
+    env_vars.setdefault("JAX_PLATFORMS", "cpu")
+    runtime_env["env_vars"] = env_vars
+    out["runtime_env"] = runtime_env
+    return out
+
+
+_DEFAULT: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("fray_default_job_ctx", default=None)
+
+
+def default_job_ctx() -> JobContext | None:
+    """The context set by :func:`fray_default_job_ctx` here, else ``None``."""
+    return _DEFAULT.get()
+
+
+@contextlib.contextmanager
+def fray_default_job_ctx(ctx: JobContext) -> Iterator[JobContext]:
+    """Make ``ctx`` what ``fray_job_ctx()`` returns inside the block (marin's name).
+
+    >>> with fray_default_job_ctx(SyncContext()) as ctx:
+    ...     default_job_ctx() is ctx
+    True
+    """
+    if not isinstance(ctx, JobContext):
+        raise TypeError(f"fray_default_job_ctx: expected a JobContext, got {ctx!r}")
+    token = _DEFAULT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _DEFAULT.reset(token)

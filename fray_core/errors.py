@@ -51,12 +51,22 @@ class Unschedulable(FrayError):
         self.reason = reason
 
 
-class JobFailedError(FrayError):
-    """Raised by ``Cluster.wait(..., raise_on_failure=True)`` when a job did not succeed."""
+class JobFailedError(FrayError, RuntimeError):
+    """Raised by ``Cluster.wait(..., raise_on_failure=True)`` when a job did not succeed (a ``RuntimeError``, as
+    marin's Fray raised)."""
 
     def __init__(self, message: str, info: object | None = None) -> None:
         super().__init__(message)
         self.info = info
+
+
+class HostPreempted(FrayError):
+    """Raise it from a job's code to say the host was preempted (lost to the infrastructure, not the code's
+    fault): the attempt ends PREEMPTED and is retried within ``max_retries_preemption``, on every backend.
+    The levanter compat layer raises it for what levanter counted as a preemption (a ``TimeoutError``).
+
+    >>> raise HostPreempted("the TPU runtime timed out")  # doctest: +SKIP
+    """
 
 
 class WaitTimeoutError(FrayError, TimeoutError):

@@ -153,6 +153,7 @@ def slice_hosts(
     job_env.update(
         FRAY_JOB_ID=str(job_id), FRAY_ATTEMPT=str(attempt), FRAY_NUM_SLICES=str(n_slices), FRAY_NUM_REPLICAS=str(total)
     )
+    job_env["FRAY_REPLICA_COUNT"] = job_env["FRAY_NUM_REPLICAS"]  # marin's name for it
     if elastic is not None:
         job_env.update(FRAY_ELASTIC="1", FRAY_ELASTIC_GRACE=f"{elastic.grace:g}")
     if tpu is not None:
@@ -384,9 +385,12 @@ class GangRunner:
             n_hosts = sum(lease.hosts for lease in leases)
             self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
-            specs = slice_hosts(
-                self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic
-            )
+            user_env = self.request.env_vars
+            if self.request.resources.device.kind == "cpu":
+                # a CPU job placed on a TPU host must not initialise the TPU (and take its lock); the user's
+                # own JAX_PLATFORMS wins (a copy: the request's dict is the caller's)
+                user_env = {"JAX_PLATFORMS": "cpu", **user_env}
+            specs = slice_hosts(self.job_id, attempt.index, leases, tpu, user_env, elastic=self.request.elastic)
             try:
                 for lease, hosts in zip(leases, specs):
                     if self.stopped:

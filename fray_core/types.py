@@ -38,6 +38,7 @@ __all__ = [
     "JobStatus",
     "ResourceConfig",
     "StoredResult",
+    "TaskStatus",
     "TpuConfig",
     "create_environment",
     "format_size",
@@ -544,6 +545,20 @@ class EnvironmentConfig:
         default=None, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v, validator=_check_workspace
     )
 
+    @staticmethod
+    def create(
+        pip_packages: Sequence[str] = (),
+        env_vars: Mapping[str, str] | None = None,
+        extras: Sequence[str] = (),
+        workspace: str | None = None,
+    ) -> EnvironmentConfig:
+        """marin's spelling of :func:`create_environment`.
+
+        >>> EnvironmentConfig.create(env_vars={"WANDB_MODE": "offline"}).env_vars
+        {'WANDB_MODE': 'offline'}
+        """
+        return create_environment(pip_packages=pip_packages, env_vars=env_vars, extras=extras, workspace=workspace)
+
 
 def create_environment(
     pip_packages: Sequence[str] = (),
@@ -687,6 +702,32 @@ class JobStatus(str, enum.Enum):
 
     def is_terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+
+    @staticmethod
+    def finished(status: JobStatus | str) -> bool:
+        """marin's spelling of :meth:`is_terminal`: ``JobStatus.finished(info.status)``."""
+        return JobStatus(status).is_terminal()
+
+    # marin's Fray spelled the values in lowercase (``info.status == "succeeded"``). A member equals its value
+    # in either case, so both spellings keep working; the value (and so JSON and the CLI) stays uppercase.
+    # The hash is the uppercase value's: a set or dict keyed by lowercase strings does not find members.
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and not isinstance(other, JobStatus):
+            return self.value == other.upper()
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    @classmethod
+    def _missing_(cls, value: object) -> JobStatus | None:
+        # JobStatus("succeeded") as marin wrote it
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        return None
 
     def __str__(self) -> str:
         return self.value
@@ -843,6 +884,22 @@ def _result_converter(value: Any) -> Any:
     return list(value)
 
 
+@attrs.frozen
+class TaskStatus:
+    """One process of a job (``JobInfo.tasks``), as marin's Fray reported it: its status and, when it
+    failed, why.
+
+    >>> TaskStatus(JobStatus.FAILED, "ValueError: bad").status == "failed"
+    True
+    """
+
+    status: JobStatus
+    error_message: str | None = None
+
+
+_CAUSE_WHERE = re.compile(r"^(?:failed|preempted) on (?:replica (\d+)|slice (\d+) \(.*?\) host (\d+)):")
+
+
 @attrs.define
 class JobInfo:
     """A snapshot of a job: a plain record, equal to another snapshot with the same fields, and
@@ -922,6 +979,42 @@ class JobInfo:
     @property
     def current_attempt(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
+
+    @property
+    def error_message(self) -> str | None:
+        """marin's name for :attr:`error`."""
+        return self.error
+
+    @property
+    def tasks(self) -> list[TaskStatus]:
+        """One :class:`TaskStatus` per process of the current attempt, in (slice, host) order (marin's
+        per-replica status). Fray runs a job as a gang: when one process fails the others are stopped, so
+        a FAILED job has one FAILED task (the first that failed, named in the attempt's cause) and the rest
+        STOPPED. Empty while no attempt has its processes."""
+        att = self.current_attempt
+        summary = self.request_summary or {}
+        device = summary.get("device") or {}
+        if device.get("kind") == "tpu":
+            hosts = int(device.get("hosts") or 1)
+            n = hosts * len(att.slices) if att is not None else 0
+        else:
+            hosts = 1
+            replicas = summary.get("replicas", 1)
+            n = int(replicas if isinstance(replicas, int) else (len(att.slices) if att is not None else 0))
+        if att is None or not att.slices or n <= 0:
+            return []
+        if self.status is JobStatus.FAILED or (self.status.is_terminal() and att.outcome is AttemptOutcome.FAILED):
+            m = _CAUSE_WHERE.match(att.cause or "")
+            bad = None
+            if m is not None:
+                bad = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) * hosts + int(m.group(3))
+            return [
+                TaskStatus(JobStatus.FAILED, self.error) if i == bad or (bad is None and i == 0)
+                else TaskStatus(JobStatus.STOPPED, "stopped: another process of the job failed")
+                for i in range(n)
+            ]
+        status = JobStatus.RUNNING if self.status is JobStatus.PENDING else self.status
+        return [TaskStatus(status, self.error if status is not JobStatus.SUCCEEDED else None) for _ in range(n)]
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -14,7 +14,7 @@ from fray_core._lazy import lazy_exports
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster
+    from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster, LocalClusterConfig
     from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, HostHealth, PreemptSlice
     from fray_local.fleet import TpuFleet, parse_fleet
 
@@ -27,13 +27,14 @@ __all__ = [
     "FaultPlan",
     "HostHealth",
     "LocalCluster",
+    "LocalClusterConfig",
     "PreemptSlice",
     "TpuFleet",
     "parse_fleet",
 ]
 
 # Loaded on first use (PEP 562): `import fray_local` stays cheap and never imports ray.
-_LAZY = {name: "fray_local.cluster" for name in ("DEFAULT_LOCAL_POLICY", "LocalCluster")}
+_LAZY = {name: "fray_local.cluster" for name in ("DEFAULT_LOCAL_POLICY", "LocalCluster", "LocalClusterConfig")}
 _LAZY.update({name: "fray_local.fleet" for name in ("TpuFleet", "parse_fleet")})
 _LAZY.update({name: "fray_core.fleet" for name in __all__ if name not in _LAZY})  # the one fault vocabulary
 

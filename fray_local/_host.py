@@ -22,6 +22,7 @@ import time
 import traceback
 from typing import Any
 
+from fray_core.errors import HostPreempted
 from fray_local import _proc
 
 # A graceful stop (SIGTERM) waits this long for the worker before killing everything.
@@ -249,7 +250,7 @@ def _work(argv: list[str]) -> int:
                 _write(result_path, ("error", "user", text))
                 return 127
             _write(result_path, ("exit", rc))
-    except TpuDeviceError as e:
+    except (TpuDeviceError, HostPreempted) as e:
         _write(result_path, ("error", "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         return 3
     except BaseException as e:  # the user's failure, with its traceback

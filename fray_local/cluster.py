@@ -42,7 +42,7 @@ from fray_local._detached import SYS_PATH_ENV
 from fray_local.fleet import TpuFleet, parse_fleet
 from fray_local.provider import LocalSliceProvider, LogSink
 
-__all__ = ["LocalCluster", "DEFAULT_LOCAL_POLICY"]
+__all__ = ["LocalCluster", "LocalClusterConfig", "DEFAULT_LOCAL_POLICY"]
 
 DEFAULT_LOCAL_POLICY = RetryPolicy(
     backoff_initial=0.2, backoff_max=5.0, schedule_timeout=300.0, poll_interval=0.2, cancel_grace=5.0
@@ -95,6 +95,38 @@ def check_environment(request: JobRequest) -> None:
         )
 
 
+@attrs.frozen
+class LocalClusterConfig:
+    """``LocalCluster``'s settings as one value (marin's ``LocalCluster(LocalClusterConfig(...))``).
+
+    - ``log_to``: where ``monitor`` shows the job's output by default: ``"stdout"`` (Fray's default) or
+      ``"logging"`` (marin's: ``[replica-N] line`` through Python logging, see ``LoggingMonitorView``).
+    - ``use_isolated_env``: marin's per-job venv; only ``False`` is supported (jobs use this Python).
+
+    >>> LocalCluster(LocalClusterConfig(log_to="logging")).log_to
+    'logging'
+    """
+
+    fleet: TpuFleet | None = None
+    jobs_dir: str | None = None
+    retry_policy: RetryPolicy | None = None
+    log_to: str = attrs.field(default="stdout")
+    use_isolated_env: bool = False
+
+    @log_to.validator
+    def _check_log_to(self, _a: attrs.Attribute, value: Any) -> None:
+        if value not in ("stdout", "logging"):
+            raise ValueError(f"LocalClusterConfig.log_to: expected 'stdout' or 'logging', got {value!r}")
+
+    def __attrs_post_init__(self) -> None:
+        if self.use_isolated_env:
+            raise ValueError(
+                "LocalClusterConfig.use_isolated_env: True is not supported (the local backend runs jobs with this "
+                "Python and installs nothing); list the packages in EnvironmentConfig.pip_packages and use the Ray "
+                "backend to install them. Allowed: False"
+            )
+
+
 class LocalCluster(Cluster):
     """Runs jobs as subprocesses of this process (one per replica, or one per TPU host).
 
@@ -111,7 +143,14 @@ class LocalCluster(Cluster):
         fleet: TpuFleet | None = None,
         jobs_dir: str | None = None,
         retry_policy: RetryPolicy | None = None,
+        config: LocalClusterConfig | None = None,
     ) -> None:
+        if isinstance(fleet, LocalClusterConfig):  # marin's LocalCluster(LocalClusterConfig(...))
+            fleet, config = None, fleet
+        if config is not None:
+            fleet, jobs_dir = fleet or config.fleet, jobs_dir or config.jobs_dir
+            retry_policy = retry_policy or config.retry_policy
+        self.log_to = config.log_to if config is not None else "stdout"
         self.fleet = fleet if fleet is not None else TpuFleet(on_demand=True)
         self.store = JobStore(jobs_dir)
         self.policy = retry_policy or DEFAULT_LOCAL_POLICY

@@ -107,7 +107,8 @@ class LocalSliceProvider(SliceProvider):
         full_env.update(spec.env)
         full_env["PYTHONUNBUFFERED"] = "1"
         full_env["FRAY_SYS_PATH"] = json.dumps([self.cwd] + [p for p in sys.path if p])
-        full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
+        # tasks and jobs inside the job use the local backend (marin's jobs read it), unless the user set one
+        full_env["FRAY_CLUSTER_SPEC"] = spec.env.get("FRAY_CLUSTER_SPEC") or "local"
         if is_tpu:
             sim_env, note = self.fleet.host_env(lease, h)
             if note:

@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from fray_core.context import JobContext
+from fray_core.context import JobContext, apply_default_jax_platforms
 from fray_core.errors import WaitTimeoutError
 
 __all__ = ["RayJobContext"]
@@ -55,7 +55,15 @@ class RayJobContext(JobContext):
     """Tasks and actors on the connected Ray cluster. Actor handles are Ray's own
     (``handle.method.remote(...)`` returns an ``ObjectRef``)."""
 
-    def __init__(self, namespace: str = "fray", non_preemptible_resource: str = "node:__internal_head__") -> None:
+    def __init__(
+        self,
+        namespace: str = "fray",
+        non_preemptible_resource: str = "node:__internal_head__",
+        ray_options: dict[str, Any] | None = None,
+    ) -> None:
+        """``ray_options``: Ray options for every task (``num_cpus``, ``memory``, ``runtime_env``...), as
+        marin's ``create_job_ctx("ray", **ray_options)``. Tasks that ask for no GPU/TPU get ``JAX_PLATFORMS=cpu``
+        unless their ``runtime_env`` sets it."""
         self.namespace = namespace
         self.non_preemptible_resource = non_preemptible_resource
         self._remote_fns: dict[Any, Any] = {}
@@ -65,16 +73,31 @@ class RayJobContext(JobContext):
         # defined in the user's module (or a test module) imports there as it does here.
         paths = code_paths()
         self._options: dict[str, Any] = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}} if paths else {}
+        self._task_options = self._merged(ray_options or {})
+
+    def _merged(self, ray_options: dict[str, Any]) -> dict[str, Any]:
+        """Task options: the user's, with this process's code dirs on PYTHONPATH and JAX_PLATFORMS=cpu for
+        CPU-only tasks (a CPU task on a TPU host must not take the TPU from the job there)."""
+        opts = dict(ray_options)
+        env = dict(opts.get("runtime_env") or {})
+        env_vars = dict(env.get("env_vars") or {})
+        for k, v in self._options.get("runtime_env", {}).get("env_vars", {}).items():
+            env_vars.setdefault(k, v)
+        if env_vars:
+            env["env_vars"] = env_vars
+        if env:
+            opts["runtime_env"] = env
+        return apply_default_jax_platforms(opts)
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         with self._lock:
             try:
                 return self._remote_fns[fn]
             except KeyError:
-                remote = self._remote_fns[fn] = ray.remote(_as_function(fn)).options(**self._options)
+                remote = self._remote_fns[fn] = ray.remote(_as_function(fn)).options(**self._task_options)
                 return remote
             except TypeError:  # unhashable callable
-                return ray.remote(_as_function(fn)).options(**self._options)
+                return ray.remote(_as_function(fn)).options(**self._task_options)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ray.ObjectRef:
         if not callable(fn):
@@ -117,7 +140,10 @@ class RayJobContext(JobContext):
         preemptible: bool = True,
         **kwargs: Any,
     ) -> Any:
-        opts: dict[str, Any] = {"num_cpus": 0, **self._options}
+        opts: dict[str, Any] = {"num_cpus": kwargs.pop("num_cpus", None) or 0, **self._options}
+        lifetime = kwargs.pop("lifetime", None)  # marin's option: "detached" outlives this job
+        if lifetime is not None:
+            opts["lifetime"] = lifetime
         if name is not None:
             opts.update(name=name, namespace=self.namespace, get_if_exists=get_if_exists)
             if not get_if_exists:

@@ -47,7 +47,7 @@ from ray._private.state import available_resources_per_node, total_resources_per
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from fray_core.errors import Unschedulable
+from fray_core.errors import HostPreempted, Unschedulable
 from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec
@@ -568,7 +568,7 @@ class RaySliceProvider(SliceProvider):
             tag, where = f"a{attempt} r{h}", f"replica {h}"
             opts = self._gang_task_options(pg, h)
         env = dict(spec.env)
-        env["FRAY_CLUSTER_SPEC"] = "ray"  # tasks inside the job use Ray's job context
+        env.setdefault("FRAY_CLUSTER_SPEC", "ray")  # tasks inside the job use Ray's job context, unless the user set one
         ref = _host_task.options(
             max_retries=0,
             retry_exceptions=False,
@@ -669,7 +669,7 @@ class RaySliceProvider(SliceProvider):
                 run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
                 self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy")
-            if isinstance(cause, (HostPreemptedError, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
+            if isinstance(cause, (HostPreemptedError, HostPreempted, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
                 return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)

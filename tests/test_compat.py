@@ -78,6 +78,20 @@ def block_first_attempt(marker_dir: str) -> dict[str, str]:
     return host_env()
 
 
+def times_out_until(marker_dir: str, n_calls: int) -> dict[str, str]:
+    """levanter's ``PreemptionCountingActor``, with a file per call instead of an actor: raises
+    ``TimeoutError`` (levanter: a preemption) on host 0 until the ``n_calls``-th attempt."""
+    if os.environ["FRAY_HOST_ID"] == "0" and os.environ["FRAY_SLICE_ID"] == "0":
+        Path(marker_dir, f"call-{os.environ['FRAY_ATTEMPT']}").touch()
+        if len(list(Path(marker_dir).glob("call-*"))) < n_calls:
+            raise TimeoutError("Simulated preemption via TimeoutError")
+    return host_env()
+
+
+def says_timed_out() -> None:
+    raise OSError("the collective timed out after 600 s")
+
+
 # ------------------------------------------------------------------------------------------- helpers
 
 
@@ -269,6 +283,40 @@ def test_user_exception_class_lookup() -> None:
     assert lev._user_exception_class("no_such_module.Err: boom") is None
 
 
+def test_timeout_error_is_a_preemption_as_in_levanter(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    # levanter's test_single_slice_handles_preemption: 1 timeout, no failure budget at all -> still succeeds
+    result = run_on_pod(functools.partial(times_out_until, str(tmp_path), 2), TPU, max_retries_failure=0, max_retries_preemption=2)
+    check_hosts(result, 1, attempt=1)
+    info = local_cluster.list_jobs()[-1]
+    assert (info.preemptions, info.failures) == (1, 0)
+    assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "SUCCEEDED"]
+    assert "TimeoutError: Simulated preemption via TimeoutError" in info.attempts[0].cause
+
+
+def test_timeouts_exhaust_the_preemption_budget(local_cluster: LocalCluster, tmp_path: Path) -> None:
+    # 3 timeouts before the 4th call, 2 preemption retries: levanter raised RuntimeError("... preempted too many times")
+    with pytest.raises(RuntimeError, match="preempted too many times") as err:
+        run_on_pod(functools.partial(times_out_until, str(tmp_path), 4), TPU, max_retries_failure=1, max_retries_preemption=2)
+    assert err.value.info.preemptions == 3 and err.value.info.failures == 0
+
+
+def test_timed_out_in_the_message_is_a_preemption(local_cluster: LocalCluster) -> None:
+    with pytest.raises(PodJobError, match="preempted too many times") as err:
+        run_on_pod(says_timed_out, TPU, max_retries_failure=5, max_retries_preemption=0)
+    assert err.value.info.failures == 0 and "OSError: the collective timed out" in err.value.cause
+
+
+def test_fray_native_jobs_keep_timeout_as_a_failure(local_cluster: LocalCluster) -> None:
+    # only the compat layer applies levanter's rule; Fray's own API keeps its typed outcomes
+    from fray_core import Entrypoint, JobRequest, ResourceConfig
+
+    job_id = local_cluster.launch(
+        JobRequest(name="timeout", entrypoint=Entrypoint(callable=says_timed_out), resources=ResourceConfig.with_tpu(TPU))
+    )
+    info = local_cluster.wait(job_id, timeout=120)
+    assert info.status == "failed" and (info.failures, info.preemptions) == (1, 0)
+
+
 # ------------------------------------------------------------------ levanter scenarios, emulated Ray
 
 
@@ -294,9 +342,39 @@ def test_fail_once_then_succeed_on_ray(on_ray: Any) -> None:
 
 @pytest.mark.ray
 def test_always_fails_on_ray(on_ray: Any) -> None:
-    with pytest.raises(PodJobError, match="this function always fails") as err:
-        run_on_pod(always_fails, TPU, max_retries_failure=0)
-    assert err.value.info.failures == 1 and "CompatTestError" in err.value.cause
+    # levanter's test_single_slice_catches_failure: a RayTaskError, also the user's class, with it as the cause
+    from ray.exceptions import RayTaskError
+
+    with pytest.raises(RayTaskError) as excinfo:
+        run_on_pod(always_fails, TPU, num_slices=1, max_retries_failure=0, max_retries_preemption=0)
+    e = excinfo.value
+    assert "CompatTestError" in str(e) and isinstance(e, CompatTestError)
+    assert isinstance(e.cause, CompatTestError) and str(e.cause) == "this function always fails"
+    assert e.info.failures == 1 and e.info.status == "failed"
+
+
+@pytest.mark.ray
+def test_single_slice_and_multislice_on_ray(on_ray: Any) -> None:
+    # levanter's test_single_slice_simple_run / test_multislice_run_twice: one result per host, twice in a row
+    for _ in range(2):
+        check_hosts(run_on_pod(host_env, TPU, num_slices=1), 1)
+        check_hosts(run_on_pod(host_env, TPU, num_slices=2), 2)
+
+
+@pytest.mark.ray
+def test_multislice_fail_once_on_ray(on_ray: Any) -> None:
+    check_hosts(run_on_pod(fail_first_attempt, TPU, num_slices=2, max_retries_failure=1), 2, attempt=1)
+
+
+@pytest.mark.ray
+def test_timeout_is_a_preemption_on_ray(on_ray: Any, tmp_path: Path) -> None:
+    # levanter's test_single_slice_handles_preemption, both halves
+    (tmp_path / "a").mkdir()
+    with pytest.raises(RuntimeError, match="preempted too many times"):
+        run_on_pod(functools.partial(times_out_until, str(tmp_path / "a"), 4), TPU, max_retries_failure=1, max_retries_preemption=2)
+    (tmp_path / "b").mkdir()
+    result = run_on_pod(functools.partial(times_out_until, str(tmp_path / "b"), 2), TPU, max_retries_failure=0, max_retries_preemption=2)
+    check_hosts(result, 1, attempt=1)
 
 
 @pytest.mark.ray
@@ -307,6 +385,54 @@ def test_preemption_budget_exhausted_on_ray(on_ray: Any, tmp_path: Path) -> None
     err = call.join().error
     assert isinstance(err, PodJobError), err
     assert "preempted 1 time(s), max_retries_preemption=0" in str(err)
+
+
+_UNLABELLED_SCRIPT = """
+import os, sys
+from ray.exceptions import RayTaskError
+from fray_core import using_cluster
+from fray_core.compat.levanter import run_on_pod
+from fray_ray.testing import fake_tpu_cluster
+
+def where():
+    return f"{os.environ['TPU_NAME']} {os.environ.get('MEGASCALE_SLICE_ID', '-')}"
+
+class DeliberatelyRaisedException(Exception):
+    pass
+
+def failing_fn():
+    raise DeliberatelyRaisedException("This function is designed to fail.")
+
+sys.modules["__main__"].DeliberatelyRaisedException = DeliberatelyRaisedException
+with fake_tpu_cluster({"v4-8": 2}, labels=False) as fake, using_cluster(fake.cluster):
+    print("single", run_on_pod(where, "v4-8", num_slices=1))
+    print("multi", sorted(run_on_pod(where, "v4-8", num_slices=2)))
+    try:
+        run_on_pod(failing_fn, "v4-8", num_slices=1, max_retries_failure=0, max_retries_preemption=0)
+    except RayTaskError as e:
+        print("raised", type(e.cause).__name__, "DeliberatelyRaisedException" in str(e))
+"""
+
+
+@pytest.mark.ray
+def test_levanter_fixture_without_tpu_labels(tmp_path: Path) -> None:
+    """levanter's (and marin's) own Ray fixtures are TPU VMs with TPU resources (``TPU-v4-8-head``) and no
+    ``ray.io/tpu-*`` labels: their tests run there too. A cluster of its own, so in a subprocess."""
+    from fray_ray.testing import fake_tpu_cluster
+
+    if "labels" not in inspect.signature(getattr(fake_tpu_cluster, "__wrapped__", fake_tpu_cluster)).parameters:
+        pytest.skip("this fray_ray cannot emulate a cluster without TPU labels (fake_tpu_cluster(labels=False))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "FRAY_JOBS_DIR": str(tmp_path / "jobs")}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _UNLABELLED_SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("single ['") and line.endswith(" -']") for line in lines), out.stdout
+    multi = next(line for line in lines if line.startswith("multi "))
+    assert " 0'" in multi and " 1'" in multi, multi
+    assert "raised DeliberatelyRaisedException True" in lines, out.stdout
 
 
 # ------------------------------------------------------------------------- Ray options -> ResourceConfig

@@ -22,6 +22,7 @@ EXPECTED: dict[str, list[str]] = {
     "submit_job_to_launch.py": ["status: SUCCEEDED", "log: [a0 r0] run exp-42"],
     # slice 1 is preempted in attempt 0: every host's result comes from attempt 1
     "levanter_run_on_pod.py": [f"attempt 1 slice {s} host {h}" for s in range(2) for h in range(2)],
+    "marin_fray_v1.py": ["shard 0/2 JAX_PLATFORMS=cpu", "shard 1/2 JAX_PLATFORMS=cpu", "actor count: 3"],
     "levanter_native.py": ["attempts: 0:FAILED, 1:SUCCEEDED"]
     + [f"host {h} of v4-16-{s} (2 slices)" for s in range(2) for h in range(2)],
 }

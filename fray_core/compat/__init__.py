@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fray_core.compat.levanter import (
         PodJobError,
+        is_levanter_preemption,
         run_on_pod,
         run_on_pod_multislice,
         run_on_pod_multislice_resumable,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PodJobError",
     "environment_from_runtime_env",
+    "is_levanter_preemption",
     "resources_from_ray_options",
     "run_on_pod",
     "run_on_pod_multislice",

@@ -14,14 +14,26 @@ slices all-or-nothing, one process per host, ``MEGASCALE_*`` set for multislice,
 slice restarted on any failure or preemption, separate budgets (``max_retries_failure=N``: at most N+1
 failed attempts; ``max_retries_preemption=N``: at most N+1 preempted ones, as in levanter).
 
+levanter's semantics are kept where a call site can see them:
+
+- a host whose code raises ``TimeoutError`` (or an error that says "timed out", or a ``RayTaskError`` whose
+  cause is a ``TimeoutError``) counts as preempted, not failed, as levanter's ``_handle_ray_error`` did: it
+  spends the preemption budget (the host's code is wrapped to raise :class:`fray_core.errors.HostPreempted`);
+- on Ray (the current cluster is a Ray cluster), a failed run raises ``ray.exceptions.RayTaskError`` made
+  also an instance of the user's exception class, with that exception as ``.cause`` (rebuilt from its
+  class and message: the remote object itself is not shipped back), as levanter's ``ray.get`` did; it
+  carries ``.info`` (the final ``JobInfo``) too. Elsewhere (no Ray) the error is :class:`PodJobError`;
+- "preempted too many times" raises a ``RuntimeError`` (:class:`PodJobError`) whose message says
+  "TPU job was preempted too many times", as levanter's did.
+
 Differences from levanter, on purpose:
 
 - ``remote_fn`` may be a plain function or a ``@ray.remote`` function; the latter is unwrapped to its
   Python function (``RemoteFunction._function``) without importing ray. Its ``runtime_env`` env_vars/pip
   carry over; ``num_cpus``/``memory``/``resources``/``max_calls`` do not (levanter overrode them for host
   tasks too; every Fray host is a fresh process, which is what ``max_calls=1`` was for).
-- Failures raise :class:`PodJobError` (a ``RuntimeError`` and a ``fray_core.JobFailedError``, with
-  ``.info``). When the user's code failed, the error is also an instance of the user's exception class
+- Without Ray, failures raise :class:`PodJobError` (a ``RuntimeError`` and a ``fray_core.JobFailedError``,
+  with ``.info``). When the user's code failed, the error is also an instance of the user's exception class
   when that class can be found (like Ray's ``RayTaskError(ValueError)``), so ``except ValueError`` keeps
   working; the remote traceback is in the message and in ``.cause``.
 - ``run_on_pod_multislice`` returns values (a flat list), not ``ObjectRef``s.
@@ -31,17 +43,20 @@ Differences from levanter, on purpose:
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fray_core.cluster import current_cluster
 from fray_core.compat.ray_resources import environment_from_runtime_env
-from fray_core.errors import JobFailedError, as_user_exception, loaded_exception_class
+from fray_core.errors import HostPreempted, JobFailedError, as_user_exception, loaded_exception_class
 from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig, TpuConfig
 
 __all__ = [
     "PodJobError",
+    "is_levanter_preemption",
     "run_on_pod",
     "run_on_pod_multislice",
     "run_on_pod_multislice_resumable",
@@ -53,6 +68,9 @@ __all__ = [
 class PodJobError(JobFailedError, RuntimeError):
     """A ``run_on_pod*`` job did not succeed. ``.info`` is the final ``JobInfo``; ``.cause`` the last
     attempt's error text (exception and remote traceback of the first host that failed)."""
+
+    #: the preemption budget ran out (levanter: "TPU job was preempted too many times")
+    preempted: bool = False
 
     def __init__(self, message: str, info: JobInfo | None = None, cause: str | None = None) -> None:
         JobFailedError.__init__(self, message, info)
@@ -147,6 +165,60 @@ def _user_exception_class(cause: str | None) -> type[BaseException] | None:
     return None
 
 
+def is_levanter_preemption(exc: BaseException) -> bool:
+    """levanter's rule: a ``TimeoutError`` (itself, or as a ``RayTaskError``'s cause) or an error whose text
+    says "timed out" means the host was preempted.
+
+    >>> is_levanter_preemption(TimeoutError("x")), is_levanter_preemption(ValueError("rpc timed out"))
+    (True, True)
+    >>> is_levanter_preemption(ValueError("bad input"))
+    False
+    """
+    cause = getattr(exc, "cause", None)
+    return isinstance(exc, TimeoutError) or isinstance(cause, TimeoutError) or "timed out" in str(exc)
+
+
+def _levanter_host(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """What each host runs: ``fn``, with levanter's preemption rule applied to what it raises."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        if is_levanter_preemption(e):
+            raise HostPreempted(f"levanter counts this as a preemption: {type(e).__name__}: {e}") from e
+        raise
+
+
+def _rebuild_user_exception(cause: str | None) -> BaseException:
+    """The user's exception from an attempt's cause text: its class (when loaded here) with its message."""
+    cls = _user_exception_class(cause)
+    message = ""
+    for line in reversed((cause or "").splitlines()):
+        if line and not line[0].isspace() and _EXC_LINE.match(line):
+            message = line.partition(": ")[2]
+            break
+    if cls is not None:
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - an __init__ that wants other arguments
+            pass
+    return RuntimeError(message or (cause or "the job failed").strip().splitlines()[0])
+
+
+def _ray_task_error(info: JobInfo, cause: str | None, name: str) -> BaseException | None:
+    """levanter's error on Ray: ``RayTaskError(UserError)`` with the user's exception as ``.cause``."""
+    rex = sys.modules.get("ray.exceptions")
+    if rex is None:
+        return None
+    user = _rebuild_user_exception(cause)
+    err = rex.RayTaskError(name, cause or "", user).as_instanceof_cause()
+    err.info = info
+    return err
+
+
+def _uses_ray(cluster: Any) -> bool:
+    return type(cluster).__module__.startswith("fray_ray") and "ray" in sys.modules
+
+
 def _error_for(info: JobInfo) -> PodJobError:
     """The exception a failed job raises, modelled on what levanter raised."""
     last = info.attempts[-1] if info.attempts else None
@@ -158,7 +230,9 @@ def _error_for(info: JobInfo) -> PodJobError:
         message = f"TPU job {info.job_id} failed: {info.error}\n{cause or ''}".rstrip()
         return as_user_exception(PodJobError, _user_exception_class(cause), message, info, cause)
     if info.preemptions and "preempted" in (info.error or ""):
-        return PodJobError(f"TPU job was preempted too many times: {info.error}", info, cause)
+        error = PodJobError(f"TPU job was preempted too many times: {info.error}", info, cause)
+        error.preempted = True
+        return error
     return PodJobError(f"TPU job {info.job_id} ended {info.status.value}: {info.error or 'no error text'}", info, cause)
 
 
@@ -174,7 +248,8 @@ def run_on_pod(
     returns its results, one per host, in (slice, host) order.
 
     ``num_slices`` may be a list of acceptable counts (``[1, 2]``: the largest that fits wins).
-    Blocks until the job ends; raises :class:`PodJobError` when a budget is exhausted.
+    Blocks until the job ends; raises :class:`PodJobError` when a budget is exhausted (on Ray, a failure
+    raises ``RayTaskError(UserError)`` as levanter did; see the module docstring).
 
     >>> run_on_pod(lambda: 1, "v4-16", num_slices=2)  # doctest: +SKIP
     [1, 1, 1, 1]
@@ -184,7 +259,7 @@ def run_on_pod(
     runtime_env = options.get("runtime_env")
     request = JobRequest(
         name=_job_name(fn, tpu_type),
-        entrypoint=Entrypoint(callable=fn),
+        entrypoint=Entrypoint(callable=functools.partial(_levanter_host, fn)),
         resources=ResourceConfig(device=TpuConfig(type=tpu_type), replicas=counts),
         environment=environment_from_runtime_env(dict(runtime_env) if runtime_env else None),
         max_retries_preemption=_budget("max_retries_preemption", max_retries_preemption),
@@ -196,7 +271,12 @@ def run_on_pod(
         info = cluster.wait(job_id, raise_on_failure=True)
     except JobFailedError as e:
         final = e.info if isinstance(e.info, JobInfo) else cluster.poll(job_id)
-        raise _error_for(final) from None
+        error = _error_for(final)
+        if _uses_ray(cluster) and not error.preempted and final.status is not JobStatus.STOPPED:
+            ray_error = _ray_task_error(final, error.cause, getattr(fn, "__name__", "remote_fn"))
+            if ray_error is not None:
+                raise ray_error from None
+        raise error from None
     except BaseException:  # Ctrl-C or a timeout around us: do not leave slices held by an orphan job
         with contextlib.suppress(Exception):
             cluster.terminate(job_id)
