@@ -122,7 +122,10 @@ class LocalCluster(RecordCluster):
             gpu_devices = _gpu.assign(request.resources.device, replicas[0] if isinstance(replicas, tuple) else int(replicas))
         # Threads first: a process that cannot start one fails here, before anything is recorded.
         self._ensure_watcher()
-        job_id = self.store.new_job(request.name)  # the job's dir (created exclusively), log and reserve
+        try:
+            job_id = self.store.new_job(request.name)  # the job's dir (created exclusively), log and reserve
+        except OSError as e:  # nothing is left of it (new_job cleans up)
+            raise launch_error(e, self.store) from None
         job_dir = None
         log = None
         try:

@@ -171,7 +171,10 @@ class RayCluster(RecordCluster):
                 "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
-        job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
+        try:
+            job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
+        except OSError as e:
+            raise launch_error(e, self.store) from None
         info = JobInfo(
             job_id=job_id, name=request.name, status=JobStatus.PENDING, backend="ray", request_summary=summarize_request(request)
         )
