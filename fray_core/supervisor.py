@@ -35,7 +35,7 @@ from fray_core.types import JobId, JobInfo, JobRequest, JobStatus
 __all__ = ["LOG_UPLOAD_INTERVAL", "RecordCluster", "Supervisor", "check_picklable", "launch_error"]
 
 LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
-START_TIMEOUT = 10.0  # seconds a supervisor thread waits for its launch to write the PENDING record
+START_TIMEOUT = 10.0  # seconds between a waiting supervisor thread's looks at its launch (see _thread_main)
 
 
 def check_picklable(request: JobRequest) -> None:
@@ -144,7 +144,11 @@ class Supervisor:
         self._go.set()
 
     def _thread_main(self) -> None:
-        if not self._go.wait(START_TIMEOUT) or self._abandoned:
+        # start() sets _go on every path (recorded, or abandoned when the record failed), after the record
+        # write returned: a slow store (gs://) only delays the job, it never runs without its record.
+        while not self._go.wait(START_TIMEOUT):
+            pass
+        if self._abandoned:
             self.log.close()
             self.done.set()
             return
