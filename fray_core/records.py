@@ -183,22 +183,33 @@ def loads_record(data: bytes, what: str) -> Any:
         raise RecordError(f"{what} is not a valid record: {e}") from None
 
 
-def _cut(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-        return f"{value[:MAX_FIELD_CHARS]}... [cut: {len(value)} characters in all]"
+def _safe(value: Any, cut: bool) -> Any:
+    """``value`` within what :func:`loads_record` reads: numbers out of range as text (a reader would refuse
+    the whole record for one of them), with ``cut``, strings over ``MAX_FIELD_CHARS`` cut."""
+    if isinstance(value, str):
+        if cut and len(value) > MAX_FIELD_CHARS:
+            return f"{value[:MAX_FIELD_CHARS]}... [cut: {len(value)} characters in all]"
+        return value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 10**MAX_INT_DIGITS else f"an integer of {value.bit_length()} bits (out of range)"
+    if isinstance(value, float):
+        return value if abs(value) < MAX_FLOAT else repr(value)
     if isinstance(value, dict):
-        return {k: _cut(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cut(v) for v in value]
+        return {k: _safe(v, cut) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v, cut) for v in value]
     return value
 
 
 def _encode(record: dict[str, Any]) -> bytes:
-    """A record as JSON; strings longer than ``MAX_FIELD_CHARS`` are cut so that every reader can read it
-    (a record over ``MAX_RECORD_BYTES`` is refused by readers)."""
-    data = json.dumps(record, indent=1, sort_keys=True, default=str).encode()
+    """A record as JSON that every reader can read (:func:`loads_record`): numbers out of range are written
+    as text, and strings longer than ``MAX_FIELD_CHARS`` are cut when the record would be large (a record
+    over ``MAX_RECORD_BYTES`` is refused by readers)."""
+    data = json.dumps(_safe(record, cut=False), indent=1, sort_keys=True, default=str).encode()
     if len(data) > MAX_RECORD_BYTES // 4:
-        data = json.dumps(_cut(record), indent=1, sort_keys=True, default=str).encode()
+        data = json.dumps(_safe(record, cut=True), indent=1, sort_keys=True, default=str).encode()
     return data
 
 

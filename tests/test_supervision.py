@@ -286,6 +286,15 @@ def test_a_record_with_a_huge_field_is_written_readable(tmp_path: Path) -> None:
     assert read.status is JobStatus.FAILED and read.name.startswith("nnnn") and "[cut: 20000000 characters in all]" in read.name
 
 
+def test_what_fray_writes_is_within_the_read_limits(tmp_path: Path) -> None:
+    store = JobStore(str(tmp_path / "jobs"))
+    info = JobInfo(job_id="big", name="big", status=JobStatus.RUNNING,
+                   request_summary={"max_retries_failure": 10**40, "cpu": float("inf"), "x": float("nan")})  # fmt: skip
+    store.write(info)
+    summary = JobStore(str(tmp_path / "jobs")).read_info("big")[0].request_summary
+    assert summary == {"max_retries_failure": "an integer of 133 bits (out of range)", "cpu": "inf", "x": "nan"}
+
+
 def test_read_limits_are_plain_record_errors() -> None:
     from fray_core.records import loads_record
 
