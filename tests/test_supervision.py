@@ -404,3 +404,36 @@ def test_local_cluster_job_context_runs_in_threads_and_the_base_has_no_default(t
 
     with pytest.raises(NotImplementedError, match="Remote does not say where fray_job_ctx"):
         Remote().job_context()
+
+
+# ------------------------------------------------------------------------------ the record-backed cluster
+
+
+def test_a_record_cluster_needs_only_the_owner_hook(tmp_path: Path) -> None:
+    """``RecordCluster`` answers poll/list_jobs/logs from the store; a backend says when an owner is gone."""
+    from fray_core.supervisor import RecordCluster
+
+    class Minimal(RecordCluster):
+        listed_backend = "minimal"
+
+        def __init__(self, root: str, dead: set[str]) -> None:
+            self.store = JobStore(root)
+            self.dead = dead
+
+        def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
+            return "its supervisor is gone" if record["owner"] in self.dead else None
+
+        launch = terminate = lambda *a, **k: None  # type: ignore[assignment]
+
+    root = str(tmp_path / "jobs")
+    store = JobStore(root)
+    for job_id, status, owner in [("a", JobStatus.RUNNING, "alive"), ("b", JobStatus.RUNNING, "gone"), ("c", JobStatus.SUCCEEDED, "gone")]:
+        store.write(JobInfo(job_id=job_id, name=job_id, status=status, backend="minimal", submitted_at=ord(job_id)), owner=owner)
+    store.write(JobInfo(job_id="other", name="other", status=JobStatus.RUNNING, backend="local"), owner="gone")
+    (tmp_path / "jobs" / "b" / "job.log").write_text("[r0] hello\n")
+    cluster = Minimal(root, dead={"gone"})
+    assert cluster.poll("a").status is JobStatus.RUNNING
+    assert cluster.poll("b").status is JobStatus.FAILED and cluster.poll("b").error == "its supervisor is gone"
+    assert cluster.poll("c").status is JobStatus.SUCCEEDED  # a finished job's owner does not matter
+    assert [(i.job_id, i.status) for i in cluster.list_jobs()] == [("a", JobStatus.RUNNING), ("b", JobStatus.FAILED), ("c", JobStatus.SUCCEEDED)]
+    assert list(cluster.logs("b")) == ["[r0] hello"]
