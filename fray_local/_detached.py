@@ -63,7 +63,10 @@ def main(argv: Sequence[str]) -> int:
     store = getattr(cluster, "store", None)
     log_path = store._p(job_id, "supervisor.log") if store is not None and store.is_local else os.devnull
     mode = store.file_mode if store is not None else 0o600  # private like the job's other files
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, mode)
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, mode)
+    except OSError:  # a full disk or no descriptors: the job still runs; its record says how it ends
+        fd = os.open(os.devnull, os.O_WRONLY)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
