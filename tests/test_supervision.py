@@ -437,3 +437,28 @@ def test_a_record_cluster_needs_only_the_owner_hook(tmp_path: Path) -> None:
     assert cluster.poll("c").status is JobStatus.SUCCEEDED  # a finished job's owner does not matter
     assert [(i.job_id, i.status) for i in cluster.list_jobs()] == [("a", JobStatus.RUNNING), ("b", JobStatus.FAILED), ("c", JobStatus.SUCCEEDED)]
     assert list(cluster.logs("b")) == ["[r0] hello"]
+
+
+def test_a_crash_in_the_provider_ends_the_job_failed_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Before (local): the supervisor thread re-raised, so every such crash also printed an uncaught thread
+    traceback; the reason is now in the record and the traceback in the job's log."""
+    from fray_local.provider import LocalSliceProvider
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("provider bug")
+
+    monkeypatch.setattr(LocalSliceProvider, "acquire", broken)
+    jobs_dir = tmp_path / "jobs"
+    cluster = LocalCluster(jobs_dir=str(jobs_dir), retry_policy=TEST_POLICY)
+    try:
+        info = cluster.wait(cluster.launch(_req("crash")), timeout=60)
+    finally:
+        cluster.close()
+    assert info.status is JobStatus.FAILED
+    assert info.error == "internal error in the local supervisor: RuntimeError: provider bug"
+    assert _on_disk(jobs_dir, info.job_id).error == info.error
+    log = (jobs_dir / info.job_id / "job.log").read_text()
+    assert "[fray] Traceback" in log and "RuntimeError: provider bug" in log
+    assert "Exception in thread" not in capfd.readouterr().err
