@@ -146,7 +146,9 @@ def _bounded_int(text: str) -> int:
 def _bounded_float(text: str) -> float:
     value = float(text)
     if not abs(value) < MAX_FLOAT:  # also NaN, and 1e999 (which float() reads as inf)
-        raise ValueError(f"the number {text[:40]} is out of range (a record's numbers are finite and below {MAX_FLOAT:g})")
+        raise ValueError(
+            f"the number {text[:40]} is out of range (a record's numbers are finite and below {MAX_FLOAT:g})"
+        )
     return value
 
 
@@ -254,8 +256,9 @@ class JobStore:
             self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
         except (ImportError, ValueError, TypeError) as e:  # unknown protocol, or its fsspec package is missing
             where = "FRAY_JOBS_DIR" if not root and os.environ.get("FRAY_JOBS_DIR") else "jobs_dir"
+            why = (str(e).splitlines() or [""])[0]
             raise ValueError(
-                f"{where}={self.root!r}: not a usable job store ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                f"{where}={self.root!r}: not a usable job store ({type(e).__name__}: {why}); "
                 "supported: a local path, file://, memory://, or an fsspec URL whose package is installed (gs:// with "
                 "gcsfs, s3:// with s3fs)"
             ) from None

@@ -178,7 +178,9 @@ class Supervisor:
                 self._log_lines("fray", traceback.format_exc())
         if not info.status.is_terminal():  # cannot happen unless the runner returned early: say so
             info.status = JobStatus.FAILED
-            info.error = info.error or f"internal error in the {self.label} supervisor: the runner ended without an outcome"
+            info.error = info.error or (
+                f"internal error in the {self.label} supervisor: the runner ended without an outcome"
+            )
             info.finished_at = time.time()
         self.log.close()
         problem = None
@@ -204,7 +206,7 @@ class Supervisor:
             self.log.write(tag, line)
 
     def upload_log(self) -> None:
-        """Copy the job's log to a remote store (``gs://``): the log is written locally, where the hosts' lines arrive."""
+        """Copy the job's log to a remote store (``gs://``): it is written locally, where the hosts' lines arrive."""
         try:
             with open(self.log.path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
                 shutil.copyfileobj(src, dst)
@@ -275,7 +277,8 @@ class RecordCluster(Cluster):
                 live = self.live_info(info.job_id)
                 out.append(live if live is not None else self._checked(info, record))
             except (RecordError, KeyError, TypeError, AttributeError, ValueError) as e:
-                out.append(self.store.unknown(info.job_id, str(e) if isinstance(e, RecordError) else f"record cannot be read: {e}"))
+                why = str(e) if isinstance(e, RecordError) else f"record cannot be read: {e}"
+                out.append(self.store.unknown(info.job_id, why))
         out.sort(key=lambda i: i.submitted_at)
         return out
 
@@ -288,12 +291,15 @@ def launch_error(error: BaseException, store: JobStore | None = None) -> BaseExc
     """What ``launch`` raises when it failed half-way (the caller has discarded the job): no thread could be
     started, or the job could not be recorded, said plainly as a :class:`FrayError`; other errors as they are.
 
-    >>> launch_error(RuntimeError("can't start new thread"))
-    FrayError("launch: cannot start a thread (can't start new thread): too many threads or processes; the job was not launched")
+    >>> print(launch_error(RuntimeError("can't start new thread")))
+    launch: cannot start a thread (can't start new thread): too many threads or processes; the job was not launched
     """
     if isinstance(error, RuntimeError) and "thread" in str(error):
-        return FrayError(f"launch: cannot start a thread ({error}): too many threads or processes; the job was not launched")
+        return FrayError(
+            f"launch: cannot start a thread ({error}): too many threads or processes; the job was not launched"
+        )
     if isinstance(error, OSError):
         where = f" in {store.root}" if store is not None else ""
-        return FrayError(f"launch: cannot record the job{where} ({type(error).__name__}: {error}); the job was not launched")
+        what = f"{type(error).__name__}: {error}"
+        return FrayError(f"launch: cannot record the job{where} ({what}); the job was not launched")
     return error

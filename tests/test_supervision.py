@@ -53,7 +53,9 @@ def _req(name: str = "job", fn: Any = _value, **kwargs: Any) -> JobRequest:
 def _fray(jobs_dir: Path | str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, FRAY_JOBS_DIR=str(jobs_dir))
     env.pop("FRAY_CLUSTER_SPEC", None)
-    return subprocess.run([sys.executable, "-m", "fray_core.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def _on_disk(jobs_dir: Path | str, job_id: str) -> JobInfo:
@@ -69,7 +71,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MB tmpfs (root only: skipped where mounting is not permitted)."""
     where = tmp_path / "small"
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a 2 MB tmpfs here (needs root): {done.stderr.strip()}")
     try:
@@ -114,7 +118,8 @@ cluster = LocalCluster(jobs_dir=sys.argv[1], retry_policy=TEST_POLICY)
 ids, refused = [], 0
 for i in range(30):
     try:
-        ids.append(cluster.launch(JobRequest(name=f"fd{i}", entrypoint=Entrypoint(callable=value, function_args={"i": i}))))
+        request = JobRequest(name=f"fd{i}", entrypoint=Entrypoint(callable=value, function_args={"i": i}))
+        ids.append(cluster.launch(request))
     except FrayError as e:
         refused += 1
         print("refused:", e, file=sys.stderr)
@@ -175,7 +180,9 @@ def test_a_launch_that_cannot_start_a_thread_leaves_nothing(tmp_path: Path, monk
     assert not os.path.exists(spool)
 
 
-def test_a_record_that_cannot_be_written_at_launch_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_record_that_cannot_be_written_at_launch_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     jobs_dir = tmp_path / "jobs"
     cluster = LocalCluster(jobs_dir=str(jobs_dir), retry_policy=TEST_POLICY)
 
@@ -247,10 +254,20 @@ def test_one_planted_record_never_breaks_the_listing(tmp_path: Path) -> None:
     cluster.wait(good, timeout=60)
     cluster.close()
     _plant(jobs_dir, "deep", '{"a": ' * 100_000 + "1" + "}" * 100_000)
-    _plant(jobs_dir, "infinity", json.dumps(_record("infinity")).replace('"submitted_at": 1.0', '"submitted_at": Infinity'))
+    _plant(
+        jobs_dir, "infinity", json.dumps(_record("infinity")).replace('"submitted_at": 1.0', '"submitted_at": Infinity')
+    )
     _plant(jobs_dir, "nan", json.dumps(_record("nan")).replace('"submitted_at": 1.0', '"submitted_at": NaN'))
-    _plant(jobs_dir, "huge-float", json.dumps(_record("huge-float")).replace('"submitted_at": 1.0', '"submitted_at": 1e308'))
-    _plant(jobs_dir, "digits", json.dumps(_record("digits")).replace('"submitted_at": 1.0', '"submitted_at": ' + "9" * 5000))
+    _plant(
+        jobs_dir,
+        "huge-float",
+        json.dumps(_record("huge-float")).replace('"submitted_at": 1.0', '"submitted_at": 1e308'),
+    )
+    _plant(
+        jobs_dir,
+        "digits",
+        json.dumps(_record("digits")).replace('"submitted_at": 1.0', '"submitted_at": ' + "9" * 5000),
+    )
     _plant(jobs_dir, "session", json.dumps(_record("session", request={"kind": "session"}, status="RUNNING")))
     _plant(jobs_dir, "session", '{"calls": ' + "[" * 2000 + "]" * 2000 + "}", name="calls.json")
     _plant(jobs_dir, "oversize", b"{" + b" " * (MAX_RECORD_BYTES + 10) + b"}")
@@ -272,7 +289,10 @@ def test_one_planted_record_never_breaks_the_listing(tmp_path: Path) -> None:
         "oversize": f"larger than {MAX_RECORD_BYTES} bytes",
     }
     for job_id, text in why.items():
-        assert infos[job_id].status is JobStatus.UNKNOWN and text in (infos[job_id].error or ""), (job_id, infos[job_id].error)
+        assert infos[job_id].status is JobStatus.UNKNOWN and text in (infos[job_id].error or ""), (
+            job_id,
+            infos[job_id].error,
+        )
 
 
 def test_a_record_with_a_huge_field_is_written_readable(tmp_path: Path) -> None:
@@ -283,7 +303,11 @@ def test_a_record_with_a_huge_field_is_written_readable(tmp_path: Path) -> None:
     store.write(info)
     assert os.path.getsize(tmp_path / "jobs" / "huge" / "record.json") < MAX_RECORD_BYTES
     read = JobStore(str(tmp_path / "jobs")).read_info("huge")[0]
-    assert read.status is JobStatus.FAILED and read.name.startswith("nnnn") and "[cut: 20000000 characters in all]" in read.name
+    assert (
+        read.status is JobStatus.FAILED
+        and read.name.startswith("nnnn")
+        and "[cut: 20000000 characters in all]" in read.name
+    )
 
 
 def test_what_fray_writes_is_within_the_read_limits(tmp_path: Path) -> None:
@@ -298,7 +322,11 @@ def test_what_fray_writes_is_within_the_read_limits(tmp_path: Path) -> None:
 def test_read_limits_are_plain_record_errors() -> None:
     from fray_core.records import loads_record
 
-    for text, why in [(b"[" * 65 + b"]" * 65, "deeper"), (b'{"a": -Infinity}', "Infinity"), (b'{"a": 1' + b"0" * 19 + b"}", "20 digits")]:
+    for text, why in [
+        (b"[" * 65 + b"]" * 65, "deeper"),
+        (b'{"a": -Infinity}', "Infinity"),
+        (b'{"a": 1' + b"0" * 19 + b"}", "20 digits"),
+    ]:
         with pytest.raises(RecordError, match=why):
             loads_record(text, "x")
     assert loads_record(b'{"a": [1.5, -3, 1700000000.25]}', "x") == {"a": [1.5, -3, 1700000000.25]}
@@ -307,7 +335,9 @@ def test_read_limits_are_plain_record_errors() -> None:
 # ------------------------------------------------------------------------------ a final record, marked
 
 
-def test_a_final_record_that_cannot_be_written_is_marked_for_every_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_final_record_that_cannot_be_written_is_marked_for_every_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """When neither the record nor the reserved space can be written, the reserve is renamed
     ``ended.<STATUS>``: readers see the job ended, and why its record says otherwise."""
     import fray_core.records as records
@@ -328,10 +358,16 @@ def test_a_final_record_that_cannot_be_written_is_marked_for_every_reader(tmp_pa
     problem = store.write_final(info)
     assert problem is not None and "Too many open files" in problem and "ended.FAILED" in problem
     seen = JobStore(str(tmp_path / "jobs")).read_info(job_id)[0]
-    assert seen.status is JobStatus.FAILED and "could not write the final record" in (seen.error or "") and "RUNNING" in seen.error
+    assert (
+        seen.status is JobStatus.FAILED
+        and "could not write the final record" in (seen.error or "")
+        and "RUNNING" in seen.error
+    )
 
 
-def test_the_final_record_goes_into_the_reserved_space_when_the_disk_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_final_record_goes_into_the_reserved_space_when_the_disk_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = JobStore(str(tmp_path / "jobs"))
     job_id = store.new_job("reserved")
     store.write(JobInfo(job_id=job_id, name="reserved", status=JobStatus.RUNNING))
@@ -341,7 +377,9 @@ def test_the_final_record_goes_into_the_reserved_space_when_the_disk_is_full(tmp
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(store, "write", full)
-    assert store.write_final(JobInfo(job_id=job_id, name="reserved", status=JobStatus.STOPPED, error="terminated")) is None
+    assert (
+        store.write_final(JobInfo(job_id=job_id, name="reserved", status=JobStatus.STOPPED, error="terminated")) is None
+    )
     monkeypatch.setattr(store, "write", real_write)
     seen = JobStore(str(tmp_path / "jobs")).read_info(job_id)[0]
     assert seen.status is JobStatus.STOPPED and seen.error == "terminated"
@@ -361,7 +399,9 @@ def test_an_unusable_jobs_dir_is_one_line_naming_it(tmp_path: Path) -> None:
         JobStore("nosuchproto://x")
 
 
-def test_launch_detached_records_the_job_in_the_clusters_jobs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_launch_detached_records_the_job_in_the_clusters_jobs_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before: ``LocalCluster(jobs_dir=X).launch_detached()`` wrote the record to the default store, not X."""
     mine, default = tmp_path / "mine", tmp_path / "default"
     monkeypatch.setenv("FRAY_JOBS_DIR", str(default))
@@ -427,15 +467,25 @@ def test_a_record_cluster_needs_only_the_owner_hook(tmp_path: Path) -> None:
 
     root = str(tmp_path / "jobs")
     store = JobStore(root)
-    for job_id, status, owner in [("a", JobStatus.RUNNING, "alive"), ("b", JobStatus.RUNNING, "gone"), ("c", JobStatus.SUCCEEDED, "gone")]:
-        store.write(JobInfo(job_id=job_id, name=job_id, status=status, backend="minimal", submitted_at=ord(job_id)), owner=owner)
+    for job_id, status, owner in [
+        ("a", JobStatus.RUNNING, "alive"),
+        ("b", JobStatus.RUNNING, "gone"),
+        ("c", JobStatus.SUCCEEDED, "gone"),
+    ]:
+        store.write(
+            JobInfo(job_id=job_id, name=job_id, status=status, backend="minimal", submitted_at=ord(job_id)), owner=owner
+        )
     store.write(JobInfo(job_id="other", name="other", status=JobStatus.RUNNING, backend="local"), owner="gone")
     (tmp_path / "jobs" / "b" / "job.log").write_text("[r0] hello\n")
     cluster = Minimal(root, dead={"gone"})
     assert cluster.poll("a").status is JobStatus.RUNNING
     assert cluster.poll("b").status is JobStatus.FAILED and cluster.poll("b").error == "its supervisor is gone"
     assert cluster.poll("c").status is JobStatus.SUCCEEDED  # a finished job's owner does not matter
-    assert [(i.job_id, i.status) for i in cluster.list_jobs()] == [("a", JobStatus.RUNNING), ("b", JobStatus.FAILED), ("c", JobStatus.SUCCEEDED)]
+    assert [(i.job_id, i.status) for i in cluster.list_jobs()] == [
+        ("a", JobStatus.RUNNING),
+        ("b", JobStatus.FAILED),
+        ("c", JobStatus.SUCCEEDED),
+    ]
     assert list(cluster.logs("b")) == ["[r0] hello"]
 
 
