@@ -1,4 +1,5 @@
-"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs the fray_core runner.
+"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs fray_core's
+:class:`~fray_core.supervisor.Supervisor` (the runner, the record, the log: the same code as the local backend's).
 
 A ``RayCluster`` keeps one supervisor warm (started, idle) and hands it the next job with ``start``, which
 runs the runner in a thread and returns at once: starting an actor costs ~0.4 s (a fresh worker process),
