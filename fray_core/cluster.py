@@ -165,10 +165,16 @@ class Cluster(abc.ABC):
         )
 
     def job_context(self) -> JobContext:
-        """The context for small tasks (``fray_job_ctx()``) on this backend."""
-        from fray_core.context import LocalJobContext
+        """The context for small tasks (``fray_job_ctx()``) on this backend.
 
-        return LocalJobContext.shared()
+        No default: threads of the launching process are right only for a backend whose hosts run on this
+        machine (``LocalCluster`` returns :class:`~fray_core.context.LocalJobContext`), so a remote backend
+        that does not say where its tasks run fails here rather than running them in the launcher.
+        """
+        raise NotImplementedError(
+            f"job_context: {type(self).__name__} does not say where fray_job_ctx() tasks run; a backend implements "
+            "job_context() (fray_core.context.LocalJobContext.shared() runs them in threads of this process)"
+        )
 
     def close(self) -> None:
         """Release client-side resources (threads, connections). Jobs keep running where they can."""

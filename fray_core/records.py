@@ -23,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import stat
 import tempfile
@@ -34,7 +35,7 @@ from typing import Any
 import cloudpickle
 
 from fray_core._procfs import start_ticks as process_start_ticks, stat_fields
-from fray_core.errors import JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
+from fray_core.errors import FrayError, JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
 from fray_core.types import JobId, JobInfo, JobStatus, StoredResult
 
 __all__ = ["SHARED_ENV", "JobStore", "default_jobs_dir", "new_job_id", "owner_info", "pid_alive"]
@@ -47,6 +48,20 @@ LOG = "job.log"
 CALLS = "calls.json"  # a held session's call count, written by the session's client (not the job's supervisor)
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KiB; more is not one of ours
 INCOMPLETE_GRACE = 30.0  # seconds a job dir may lack its record (it is being created) before it is reported
+MAX_JSON_DEPTH = 64  # a record nests ~5 levels; deeper is not one of ours (and would exhaust the parser's stack)
+MAX_INT_DIGITS = 19  # numbers in records are counts, sizes and seconds: |n| < 10**19
+MAX_FLOAT = 1e15  # ... and floats are finite and below this (a time stamp is ~1.8e9)
+MAX_FIELD_CHARS = 64 * 1024  # a longer string is cut when a record is written, so the record stays readable
+#: space set aside in each job dir at launch, so the final record can be written on a full disk (see write_final)
+RESERVE = ".reserve"
+RESERVE_BYTES = 256 * 1024
+#: ``ended.<STATUS>``: the job ended but its final record could not be written (see write_final)
+ENDED_MARKER = "ended."
+NEW_JOB_TRIES = 8  # ids tried before giving up when each one's dir already exists
+FINAL_WRITE_DEADLINE = 10.0  # seconds write_final keeps trying (file descriptors free up as the job's hosts end)
+
+
+_READ_ONLY_PROTOCOLS = {"http", "https", "github", "zip", "tar", "libarchive"}
 
 
 def default_jobs_dir() -> str:
@@ -117,6 +132,89 @@ def pid_alive(pid: int, started: float | None = None, start_ticks: int | None = 
     return True
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a record holds")
+
+
+def _bounded_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits (a record's numbers have at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    value = float(text)
+    if not abs(value) < MAX_FLOAT:  # also NaN, and 1e999 (which float() reads as inf)
+        raise ValueError(
+            f"the number {text[:40]} is out of range (a record's numbers are finite and below {MAX_FLOAT:g})"
+        )
+    return value
+
+
+def _json_depth(data: bytes) -> int:
+    """How deep ``[``/``{`` nest in a JSON text (brackets inside strings count too: an upper bound)."""
+    depth = deepest = 0
+    for b in data.translate(None, delete=_NOT_BRACKETS):
+        if b in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def loads_record(data: bytes, what: str) -> Any:
+    """Parse a JSON file of the store with limits: nesting depth (``MAX_JSON_DEPTH``), integers of at most
+    ``MAX_INT_DIGITS`` digits, finite floats below ``MAX_FLOAT``, no ``NaN``/``Infinity``. A file outside them
+    raises :class:`RecordError` naming ``what`` and the limit, so one planted file never breaks a listing.
+
+    >>> loads_record(b'{"calls": 3}', "calls.json")
+    {'calls': 3}
+    """
+    if _json_depth(data) > MAX_JSON_DEPTH:
+        raise RecordError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels; not a Fray record")
+    try:
+        return json.loads(
+            data.decode("utf-8"), parse_int=_bounded_int, parse_float=_bounded_float, parse_constant=_reject_constant
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RecordError(f"{what} is not a valid record: {e}") from None
+
+
+def _safe(value: Any, cut: bool) -> Any:
+    """``value`` within what :func:`loads_record` reads: numbers out of range as text (a reader would refuse
+    the whole record for one of them), with ``cut``, strings over ``MAX_FIELD_CHARS`` cut."""
+    if isinstance(value, str):
+        if cut and len(value) > MAX_FIELD_CHARS:
+            return f"{value[:MAX_FIELD_CHARS]}... [cut: {len(value)} characters in all]"
+        return value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 10**MAX_INT_DIGITS else f"an integer of {value.bit_length()} bits (out of range)"
+    if isinstance(value, float):
+        return value if abs(value) < MAX_FLOAT else repr(value)
+    if isinstance(value, dict):
+        return {k: _safe(v, cut) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v, cut) for v in value]
+    return value
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    """A record as JSON that every reader can read (:func:`loads_record`): numbers out of range are written
+    as text, and strings longer than ``MAX_FIELD_CHARS`` are cut when the record would be large (a record
+    over ``MAX_RECORD_BYTES`` is refused by readers)."""
+    data = json.dumps(_safe(record, cut=False), indent=1, sort_keys=True, default=str).encode()
+    if len(data) > MAX_RECORD_BYTES // 4:
+        data = json.dumps(_safe(record, cut=True), indent=1, sort_keys=True, default=str).encode()
+    return data
+
+
 def _shared_from_env() -> bool:
     value = os.environ.get(SHARED_ENV, "").strip().lower()
     if value in ("", "0", "false", "no"):
@@ -154,7 +252,23 @@ class JobStore:
 
         self.root = (root or default_jobs_dir()).rstrip("/")
         self.shared = _shared_from_env() if shared is None else bool(shared)
-        self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
+        try:
+            self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
+        except (ImportError, ValueError, TypeError) as e:  # unknown protocol, or its fsspec package is missing
+            where = "FRAY_JOBS_DIR" if not root and os.environ.get("FRAY_JOBS_DIR") else "jobs_dir"
+            why = (str(e).splitlines() or [""])[0]
+            raise ValueError(
+                f"{where}={self.root!r}: not a usable job store ({type(e).__name__}: {why}); "
+                "supported: a local path, file://, memory://, or an fsspec URL whose package is installed (gs:// with "
+                "gcsfs, s3:// with s3fs)"
+            ) from None
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        if set(protocols) & _READ_ONLY_PROTOCOLS:
+            where = "FRAY_JOBS_DIR" if not root and os.environ.get("FRAY_JOBS_DIR") else "jobs_dir"
+            raise ValueError(
+                f"{where}={self.root!r}: {protocols[0]}:// cannot hold a job store (records are written, and it is "
+                "read-only); supported: a local path, file://, memory://, or a writable fsspec URL (gs://, s3://)"
+            )
         self.is_local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
         self.dir_mode = 0o755 if self.shared else 0o700  # of every dir the store creates
         self.file_mode = 0o644 if self.shared else 0o600  # of records, logs and results (and any file beside them)
@@ -203,24 +317,70 @@ class JobStore:
             f.seek(offset)
             return f.read() if limit is None else f.read(limit + 1)
 
+    def new_job(self, name: str) -> JobId:
+        """A fresh job id whose dir this call created (exclusively: two launches never share a job dir),
+        with an empty log and the space reserved for its final record (see :meth:`prepare`). An id whose
+        dir exists already is not reused: another is drawn, up to ``NEW_JOB_TRIES`` times.
+
+        >>> job_id = JobStore("/tmp/fray-doctest-jobs").new_job("train")  # doctest: +SKIP
+        """
+        for _ in range(NEW_JOB_TRIES):
+            job_id = new_job_id(name)
+            if self._make_job_dir(job_id, exclusive=True):
+                try:
+                    self.prepare(job_id)
+                except BaseException:
+                    self.discard(job_id)
+                    raise
+                return job_id
+        raise FrayError(
+            f"cannot create a job dir under {self.root}: {NEW_JOB_TRIES} fresh ids for {name!r} all existed already "
+            "(another process creates jobs with the same ids?)"
+        )
+
+    def discard(self, job_id: str) -> None:
+        """Remove a job dir made by :meth:`new_job` for a launch that failed (nothing of it is left)."""
+        try:
+            if self.is_local:
+                shutil.rmtree(self._p(job_id), ignore_errors=True)
+            else:
+                self.fs.rm(self._p(job_id), recursive=True)
+        except (OSError, FileNotFoundError):
+            pass
+
     def prepare(self, job_id: str) -> None:
-        """Make the job's dir and an empty log with the store's modes (before a log writer opens it)."""
+        """Make the job's dir and an empty log with the store's modes (before a log writer opens it), and
+        set aside ``RESERVE_BYTES`` for the job's final record (:meth:`write_final`)."""
         if not self.is_local:
             return
         self._make_job_dir(job_id)
         fd = os.open(self._p(job_id, LOG), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, self.file_mode)
         os.close(fd)
+        fd = os.open(self._p(job_id, RESERVE), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)  # real blocks, not a sparse file
+            except (AttributeError, OSError) as e:
+                if getattr(e, "errno", None) == errno.ENOSPC:
+                    raise
+                os.write(fd, b"\0" * RESERVE_BYTES)  # a file system without fallocate
+        finally:
+            os.close(fd)
 
-    def _make_job_dir(self, job_id: str) -> None:
+    def _make_job_dir(self, job_id: str, exclusive: bool = False) -> bool:
+        """Create the job dir; ``False`` when it existed (with ``exclusive``: someone else's)."""
         path = self._p(job_id)
         if not self.is_local:
+            if exclusive and self.fs.exists(path):  # object stores have no exclusive create; ids are random
+                return False
             self.fs.makedirs(path, exist_ok=True)
-            return
+            return True
         try:
             os.mkdir(path, self.dir_mode)
         except FileExistsError:
-            return
+            return False
         os.chmod(path, self.dir_mode)  # mkdir's mode is reduced by the umask; be exact
+        return True
 
     def _write_atomic(self, job_id: str, name: str, data: bytes) -> None:
         """Readers see the old file or the new one, never part of one (write to a temp file, then rename)."""
@@ -261,8 +421,77 @@ class JobStore:
         if stored is not None and stored.size is not None:
             record["result_size"] = stored.size
         record.update(extra)
-        data = json.dumps(record, indent=1, sort_keys=True, default=str)
-        self._write_atomic(info.job_id, RECORD, data.encode())
+        self._write_atomic(info.job_id, RECORD, _encode(record))
+
+    def write_final(self, info: JobInfo, **extra: Any) -> str | None:
+        """Write a job's final (terminal) record, whatever it takes; ``None`` once written, else why it
+        could not be (the caller says so where it can: its own log, its stderr).
+
+        A plain :meth:`write` first. On a full disk or out of file descriptors, keeps trying for up to
+        ``FINAL_WRITE_DEADLINE`` seconds (the caller releases the job's hosts first, which frees descriptors)
+        with the record written into the space :meth:`prepare` reserved (no new blocks needed). When even
+        that fails, the reserve is renamed ``ended.<STATUS>`` (a rename needs neither space nor a descriptor),
+        which every reader takes as the job's end (:meth:`read_info` says the record could not be written).
+        """
+        deadline = time.monotonic() + FINAL_WRITE_DEADLINE
+        delay = 0.05
+        error = ""
+        while True:
+            try:
+                self.write(info, **extra)
+                break
+            except OSError as e:
+                error = f"{type(e).__name__}: {e}"
+            if self.is_local:
+                try:
+                    self._write_into_reserve(info, extra)
+                    break
+                except OSError as e:
+                    error = f"{error}; then into the reserved space: {type(e).__name__}: {e}"
+            if time.monotonic() + delay > deadline:
+                return self._mark_ended(info, error)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        self.drop_reserve(info.job_id)
+        return None
+
+    def _write_into_reserve(self, info: JobInfo, extra: dict[str, Any]) -> None:
+        record = info.to_json()
+        record.update(extra)
+        data = _encode(record)
+        if len(data) > RESERVE_BYTES:  # keep what a reader needs: status, error, counters, the last attempts
+            record["attempts"] = record.get("attempts", [])[-8:]
+            record["request"] = {}
+            data = _encode(record)
+        fd = os.open(self._p(info.job_id, RESERVE), os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view[:RESERVE_BYTES]):]
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+        if self.shared:
+            os.chmod(self._p(info.job_id, RESERVE), self.file_mode)
+        os.replace(self._p(info.job_id, RESERVE), self._p(info.job_id, RECORD))
+
+    def _mark_ended(self, info: JobInfo, error: str) -> str:
+        why = f"job {info.job_id}: the final record ({info.status.value}) could not be written: {error}"
+        if self.is_local:
+            try:
+                os.rename(self._p(info.job_id, RESERVE), self._p(info.job_id, ENDED_MARKER + info.status.value))
+                return f"{why}; readers see {info.status.value} through {ENDED_MARKER}{info.status.value}"
+            except OSError as e:
+                return f"{why}; nor could it be marked ended: {e}"
+        return why
+
+    def drop_reserve(self, job_id: str) -> None:
+        """Free the space :meth:`prepare` set aside, once the job's final record is written."""
+        if self.is_local:
+            try:
+                os.unlink(self._p(job_id, RESERVE))
+            except OSError:
+                pass
 
     def _store_results(self, info: JobInfo, results: list[Any]) -> None:
         try:
@@ -298,11 +527,11 @@ class JobStore:
                 raise RecordError(f"job {job_id}: {what} ({path})") from None
             raise RecordError(f"job {job_id}: cannot read {path}: {e}") from None
         if len(data) > MAX_RECORD_BYTES:
-            raise RecordError(f"job {job_id}: {path} is larger than {MAX_RECORD_BYTES} bytes; not a Fray record")
-        try:
-            record = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise RecordError(f"job {job_id}: {path} is not valid JSON: {e}") from None
+            raise RecordError(
+                f"job {job_id}: {path} is larger than {MAX_RECORD_BYTES} bytes (the limit of a record; Fray writes "
+                "smaller ones, cutting long fields); not a Fray record"
+            )
+        record = loads_record(data, f"job {job_id}: {path}")
         if not isinstance(record, dict):
             raise RecordError(f"job {job_id}: {path} holds {type(record).__name__} {str(record)[:40]!r}, not a record")
         return record
@@ -312,8 +541,10 @@ class JobStore:
         record = self.read(job_id)
         try:
             info = JobInfo.from_json(record)
-        except ValueError as e:
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
             raise RecordError(f"job {job_id}: record cannot be read: {e}") from None
+        if not info.status.is_terminal():
+            self._apply_end_marker(job_id, info)
         if info.job_id != job_id:
             raise RecordError(f"job {job_id}: record cannot be read: it is the record of job {info.job_id!r}")
         if info.kind == "session":
@@ -322,6 +553,22 @@ class JobStore:
             size = record.get("result_size")
             info.result = self._stored(job_id, size if isinstance(size, int) and not isinstance(size, bool) else None)
         return info, record
+
+    def _apply_end_marker(self, job_id: str, info: JobInfo) -> None:
+        """A job whose final record could not be written left ``ended.<STATUS>`` (see :meth:`write_final`)."""
+        if not self.is_local:
+            return
+        for status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            if os.path.lexists(self._p(job_id, ENDED_MARKER + status.value)):
+                was = info.status.value
+                info.status = status
+                info.error = (
+                    f"the job ended {status.value}, but its supervisor could not write the final record (disk full or "
+                    f"out of file descriptors); the last record it wrote said {was}"
+                    + ("" if status is not JobStatus.SUCCEEDED else "; the results were not stored")
+                )
+                info.finished_at = info.finished_at or os.lstat(self._p(job_id, ENDED_MARKER + status.value)).st_mtime
+                return
 
     def write_calls(self, job_id: str, calls: int) -> None:
         """A held session's call count (``JobInfo.calls``), kept beside the record: the session's client counts
@@ -337,8 +584,8 @@ class JobStore:
         except OSError as e:
             raise RecordError(f"job {job_id}: cannot read {self._p(job_id, CALLS)}: {e}") from None
         try:
-            calls = json.loads(data.decode("utf-8"))["calls"]
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            calls = loads_record(data, "calls.json")["calls"]
+        except (RecordError, TypeError, KeyError):
             calls = None
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
             raise RecordError(f"job {job_id}: {self._p(job_id, CALLS)} is not a call count: {data[:60]!r}")

@@ -23,6 +23,7 @@ import traceback
 from typing import Any
 
 from fray_core.errors import HostPreempted
+from fray_core.hostrun import EntrypointExit, call_entrypoint
 from fray_local import _proc
 
 # A graceful stop (SIGTERM) waits this long for the worker before killing everything.
@@ -228,17 +229,12 @@ def _work(argv: list[str]) -> int:
             entry = cloudpickle.load(f)
         if entry.callable is not None:
             try:
-                value = entry.callable(*entry.positional, **entry.function_args)
-            except SystemExit as e:  # sys.exit() in the user's function: its exit code decides
-                if e.code is None or e.code == 0:
-                    value = None
-                else:
-                    rc = e.code if isinstance(e.code, int) else 1
-                    what = f"exit code {e.code}" if isinstance(e.code, int) else f"exit code 1: {e.code}"
-                    text = f"SystemExit: the entrypoint called sys.exit() with {what}\n{traceback.format_exc()}"
-                    sys.stderr.write(text)
-                    _write(result_path, ("error", "user", text))
-                    return rc
+                value = call_entrypoint(entry.callable, entry.positional, entry.function_args)
+            except EntrypointExit as e:  # sys.exit(code) in the user's function: its exit code decides
+                text = f"SystemExit: {e}\n{e.traceback}"
+                sys.stderr.write(text)
+                _write(result_path, ("error", "user", text))
+                return e.exit_code
             _write(result_path, ("ok", value))
             rc = 0
         else:

@@ -25,51 +25,33 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cloudpickle
 
 from fray_core._scratch import scratch_dir
-from fray_core.cluster import Cluster, check_spec_keys
+from fray_core.cluster import check_spec_keys
 from fray_core.errors import FrayError, RecordError
-from fray_core.records import JobStore, new_job_id, owner_info, pid_alive
-from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.joblog import LogSink
+from fray_core.records import JobStore, owner_info, pid_alive
+from fray_core.runner import RetryPolicy
+from fray_core.supervisor import RecordCluster, Supervisor, check_picklable, launch_error
 from fray_core.types import GpuConfig, JobId, JobInfo, JobRequest, JobStatus, summarize_request
 from fray_local import _gpu
 from fray_local._detached import SYS_PATH_ENV
 from fray_local.fleet import TpuFleet, parse_fleet
-from fray_local.provider import LocalSliceProvider, LogSink
+from fray_local.provider import LocalSliceProvider
 
-__all__ = ["LocalCluster", "LocalClusterConfig", "DEFAULT_LOCAL_POLICY"]
+if TYPE_CHECKING:
+    from fray_core.context import JobContext
+
+__all__ = ["LocalCluster", "LocalClusterConfig", "DEFAULT_LOCAL_POLICY", "check_picklable"]  # check_picklable: moved to fray_core.supervisor
 
 DEFAULT_LOCAL_POLICY = RetryPolicy(
     backoff_initial=0.2, backoff_max=5.0, schedule_timeout=300.0, poll_interval=0.2, cancel_grace=5.0
 )
-
-
-@attrs.define(eq=False)
-class _Job:
-    runner: GangRunner
-    provider: LocalSliceProvider
-    log: LogSink
-    thread: threading.Thread | None = None
-    done: threading.Event = attrs.field(factory=threading.Event)
-
-
-def check_picklable(request: JobRequest) -> None:
-    """Fail in the caller's process, before anything starts, if the entrypoint cannot be shipped."""
-    ep = request.entrypoint
-    try:
-        cloudpickle.dumps(ep)
-    except Exception as e:
-        what = ep.describe()
-        raise TypeError(
-            f"Entrypoint.callable: {what} (or its function_args) cannot be pickled with cloudpickle, so it "
-            f"cannot be shipped to the job's processes: {type(e).__name__}: {e}. Pass a module-level "
-            "function and picklable arguments."
-        ) from e
 
 
 def check_environment(request: JobRequest) -> None:
@@ -127,7 +109,7 @@ class LocalClusterConfig:
             )
 
 
-class LocalCluster(Cluster):
+class LocalCluster(RecordCluster):
     """Runs jobs as subprocesses of this process (one per replica, or one per TPU host).
 
     - ``fleet``: the simulated TPU fleet that serves TPU requests; by default slices are made on demand.
@@ -156,7 +138,7 @@ class LocalCluster(Cluster):
         self.policy = retry_policy or DEFAULT_LOCAL_POLICY
         self.spec = "local"
         self.runs_on_this_machine = True
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Supervisor] = {}
         self._lock = threading.Lock()
         self._spool_dir: str | None = None  # per-job scratch files, made on the first launch
         self._spool_cleanup: weakref.finalize | None = None
@@ -177,42 +159,58 @@ class LocalCluster(Cluster):
         if isinstance(request.resources.device, GpuConfig):
             replicas = request.resources.replicas
             gpu_devices = _gpu.assign(request.resources.device, replicas[0] if isinstance(replicas, tuple) else int(replicas))
-        job_id = new_job_id(request.name)
-        job_dir = os.path.join(self._spool(), job_id)
-        os.makedirs(job_dir)
-        self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
-        log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
-        log = LogSink(log_path)
-        env = request.environment
-        info = JobInfo(
-            job_id=job_id,
-            name=request.name,
-            status=JobStatus.PENDING,
-            backend="local",
-            request_summary=summarize_request(request),
-        )
-        provider = LocalSliceProvider(
-            self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices,
-            submitted_at=info.submitted_at,
-        )  # fmt: skip
-        job = _Job(runner=None, provider=provider, log=log)  # type: ignore[arg-type]
-        job.runner = GangRunner(
-            job_id, request, provider, policy=self.policy, on_change=lambda i: self._persist(job, i), info=info
-        )
-        self._persist(job, info)
-        with self._lock:
-            self._jobs[job_id] = job
-        job.thread = threading.Thread(target=self._supervise, args=(job,), daemon=True, name=f"fray-job-{job_id}")
-        job.thread.start()
+        # Threads first: a process that cannot start one fails here, before anything is recorded.
         self._ensure_watcher()
+        try:
+            job_id = self.store.new_job(request.name)  # the job's dir (created exclusively), log and reserve
+        except OSError as e:  # nothing is left of it (new_job cleans up)
+            raise launch_error(e, self.store) from None
+        job_dir = None
+        log = None
+        try:
+            job_dir = os.path.join(self._spool(), job_id)
+            os.makedirs(job_dir)
+            log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(job_dir, "job.log")
+            log = LogSink(log_path)
+            env = request.environment
+            info = JobInfo(
+                job_id=job_id,
+                name=request.name,
+                status=JobStatus.PENDING,
+                backend="local",
+                request_summary=summarize_request(request),
+            )
+            provider = LocalSliceProvider(
+                self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices,
+                submitted_at=info.submitted_at,
+            )  # fmt: skip
+            sup = Supervisor(
+                self.store, request, provider, log, info=info, policy=self.policy,
+                owner={"owner": self._owner, "host": socket.gethostname()}, label="local", cleanup=provider.kill_all,
+            )  # fmt: skip
+            with self._lock:
+                self._jobs[job_id] = sup
+            sup.start()  # the PENDING record, and the runner in its thread: both or neither
+        except BaseException as e:
+            with self._lock:
+                self._jobs.pop(job_id, None)
+            if log is not None:
+                log.close()
+            if job_dir is not None:
+                shutil.rmtree(job_dir, ignore_errors=True)
+            self.store.discard(job_id)
+            err = launch_error(e, self.store)
+            if err is e:
+                raise
+            raise err from None
         return job_id
 
     def launch_detached(self, request: JobRequest) -> JobId:
         """Launch through a detached supervisor process (``python -m fray_local._detached SPEC``, its own
         session) that lives until the job ends, so the job outlives this process; returns the job id.
 
-        The supervisor rebuilds the cluster from ``self.spec`` (with ``FRAY_JOBS_DIR`` from this process's
-        environment), so a fleet passed as an object is not shared with it.
+        The supervisor rebuilds the cluster from ``self.spec``, with this cluster's jobs dir (the record
+        goes where ``self.store`` is); a fleet passed as an object is not shared with it.
         """
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch_detached: expected a JobRequest, got {request!r}")
@@ -228,6 +226,9 @@ class LocalCluster(Cluster):
         except Exception as e:
             raise TypeError(f"the job's entrypoint cannot be pickled: {type(e).__name__}: {e}") from None
         env = dict(os.environ)
+        # the supervisor rebuilds the cluster from its spec: it must use this cluster's store, not the default
+        env["FRAY_JOBS_DIR"] = self.store.root
+        env["FRAY_JOBS_SHARED"] = "1" if self.store.shared else "0"
         env[SYS_PATH_ENV] = json.dumps([os.getcwd()] + [p for p in sys.path if p])
         proc = subprocess.Popen(
             [sys.executable, "-m", "fray_local._detached", self.spec or "local"],
@@ -265,55 +266,29 @@ class LocalCluster(Cluster):
                 self._spool_cleanup = weakref.finalize(self, shutil.rmtree, self._spool_dir, True)
             return self._spool_dir
 
-    def _persist(self, job: _Job, info: JobInfo) -> None:
-        self.store.write(info, owner=self._owner, host=socket.gethostname())
-
-    def _supervise(self, job: _Job) -> None:
-        try:
-            job.runner.run()  # the results are stored with the SUCCEEDED record (JobStore.write)
-        except BaseException as e:  # a bug in the runner or provider must not leave the job RUNNING
-            job.runner.info.status = JobStatus.FAILED
-            job.runner.info.error = f"internal error in the local supervisor: {type(e).__name__}: {e}"
-            self._persist(job, job.runner.info)
-            raise
-        finally:
-            job.provider.kill_all()
-            job.provider.close()
-            job.log.close()
-            if not self.store.is_local:
-                self._upload_log(job)
-            job.done.set()
-
-    def _upload_log(self, job: _Job) -> None:
-        with open(job.log.path, "rb") as src, self.store.fs.open(self.store.log_path(job.runner.job_id), "wb") as dst:
-            shutil.copyfileobj(src, dst)
-
     # ------------------------------------------------------------------------------------------ poll
 
-    def poll(self, job_id: JobId | str) -> JobInfo:
-        job = self._jobs.get(str(job_id))
-        if job is not None:
-            info = attrs.evolve(job.runner.info, attempts=[attrs.evolve(a) for a in job.runner.info.attempts])
-            if info.kind == "session":  # its calls are counted by the session's client, beside the record
-                info.calls = self.store.read_calls(str(job_id))
-            return info
-        info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
-        return self._checked(info, record)
+    def live_info(self, job_id: str) -> JobInfo | None:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        info = attrs.evolve(job.info, attempts=[attrs.evolve(a) for a in job.info.attempts])
+        if info.kind == "session":  # its calls are counted by the session's client, beside the record
+            info.calls = self.store.read_calls(job_id)
+        return info
 
-    def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
-        """A job supervised by a process that died is FAILED, whatever its record says."""
+    def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
+        """A job supervised by a process of this machine that died is FAILED, whatever its record says."""
         owner = record.get("owner")
         if owner is not None and (not isinstance(owner, dict) or not isinstance(owner.get("pid", 0), int)):
             raise RecordError(f"job {info.job_id}: record cannot be read: field 'owner': expected an object, got {owner!r}")
-        if not info.status.is_terminal() and self._owner_dead(record):
-            info.status = JobStatus.FAILED
-            owner = record.get("owner") or {}
-            info.error = (
-                f"the process that supervised this job (pid {owner.get('pid')} on {owner.get('host')}) died "
-                "before the job ended; its hosts were stopped with it"
-            )
-            info.finished_at = info.finished_at or None
-        return info
+        if not self._owner_dead(record):
+            return None
+        owner = owner or {}
+        return (
+            f"the process that supervised this job (pid {owner.get('pid')} on {owner.get('host')}) died "
+            "before the job ended; its hosts were stopped with it"
+        )
 
     @staticmethod
     def _owner_dead(record: dict[str, Any]) -> bool:
@@ -328,24 +303,6 @@ class LocalCluster(Cluster):
             start_ticks=ticks if isinstance(ticks, int) and not isinstance(ticks, bool) else None,
         )
 
-    def list_jobs(self) -> list[JobInfo]:
-        """Every job in the store, oldest first; never unpickles. A job whose record cannot be read is
-        listed as UNKNOWN with the reason in ``error`` (and a warning)."""
-        out = []
-        for info, record in self.store.list_infos():
-            job = self._jobs.get(info.job_id)
-            if job is not None:
-                out.append(self.poll(info.job_id))
-            elif record is None:
-                out.append(info)
-            else:
-                try:
-                    out.append(self._checked(info, record))
-                except RecordError as e:
-                    out.append(self.store.unknown(info.job_id, str(e)))
-        out.sort(key=lambda i: i.submitted_at)
-        return out
-
     # ------------------------------------------------------------------------------------- terminate
 
     def terminate(self, job_id: JobId | str) -> None:
@@ -353,7 +310,7 @@ class LocalCluster(Cluster):
         if job is not None:
             job.runner.stop()
             if not job.done.wait(60):
-                job.provider.kill_all()
+                job.provider.kill_all()  # type: ignore[attr-defined]
                 raise FrayError(f"terminate: job {job_id} did not stop within 60 s; its processes were killed")
             return
         info, record = self.store.read_info(str(job_id))
@@ -384,15 +341,11 @@ class LocalCluster(Cluster):
             with self._lock:
                 active = [j for j in self._jobs.values() if not j.done.is_set()]
             for job in active:
-                if self.store.fs.exists(f"{self.store._p(job.runner.job_id)}/stop"):
+                if self.store.fs.exists(f"{self.store._p(job.job_id)}/stop"):
                     job.runner.stop()
             threading.Event().wait(0.25)
 
     # ------------------------------------------------------------------------------------------ logs
-
-    def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
-        self.store.read(str(job_id))  # unknown ids fail here, before iteration
-        return self.store.iter_log(str(job_id), follow, lambda: self.poll(job_id).status.is_terminal())
 
     def _block(self, job_ids: Sequence[str], timeout: float) -> None:
         local = [self._jobs[j] for j in job_ids if j in self._jobs]
@@ -402,13 +355,21 @@ class LocalCluster(Cluster):
             super()._block(job_ids, timeout)
 
     def close(self) -> None:
-        """Stop every job this object launched and remove its temporary files."""
-        for job_id, job in list(self._jobs.items()):
-            if not job.done.is_set():
-                self.terminate(job_id)
-        self.fleet.close()
-        if self._spool_cleanup is not None:
-            self._spool_cleanup()
+        """Stop every job this object launched and remove its temporary files (also when a job does not stop)."""
+        try:
+            for job_id, job in list(self._jobs.items()):
+                if not job.done.is_set():
+                    self.terminate(job_id)
+        finally:
+            self.fleet.close()
+            if self._spool_cleanup is not None:
+                self._spool_cleanup()
+
+    def job_context(self) -> JobContext:
+        """Small tasks (``fray_job_ctx()``) run in threads of this process: every host runs on this machine."""
+        from fray_core.context import LocalJobContext
+
+        return LocalJobContext.shared()
 
 
 def _from_spec(params: dict[str, str]) -> LocalCluster:

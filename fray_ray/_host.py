@@ -39,6 +39,7 @@ import attrs
 import cloudpickle
 
 from fray_core._procfs import start_ticks
+from fray_core.hostrun import EntrypointExit, call_entrypoint
 
 __all__ = [
     "CommandFailedError",
@@ -406,13 +407,9 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
                 return None
             _, fn, args, kwargs = payload
             try:
-                return fn(*args, **kwargs)
-            except SystemExit as e:  # sys.exit() in the user's function (or on SIGTERM): its exit code decides
-                if e.code is None or e.code == 0:
-                    return None
-                code = e.code if isinstance(e.code, int) else 1
-                what = f"exit code {e.code}" if isinstance(e.code, int) else f"exit code 1: {e.code}"
-                raise CommandFailedError(f"the entrypoint called sys.exit() with {what} on {where}", exit_code=code) from e
+                return call_entrypoint(fn, args, kwargs)
+            except EntrypointExit as e:  # sys.exit(code) in the user's function (or on SIGTERM): its code decides
+                raise CommandFailedError(f"{e} on {where}", exit_code=e.exit_code) from e.__cause__
         except BaseException as e:
             if config.preemption_probe is not None and config.preemption_probe():
                 raise HostPreemptedError(f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}") from e

@@ -24,19 +24,19 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
 import ray
 
-from fray_core.cluster import Cluster, check_spec_keys
-from fray_core.errors import FrayError, RecordError
-from fray_core.records import JobStore, default_jobs_dir, new_job_id
+from fray_core.cluster import check_spec_keys
+from fray_core.errors import FrayError
+from fray_core.records import JobStore, default_jobs_dir
 from fray_core.runner import RetryPolicy
 from fray_core.scheduling import Quarantine
+from fray_core.supervisor import RecordCluster, check_picklable, launch_error
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
-from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, supervisor_name
@@ -57,7 +57,7 @@ WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 _Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS})(JobSupervisor)  # not settable in .options()
 
 
-class RayCluster(Cluster):
+class RayCluster(RecordCluster):
     """The Ray backend.
 
     - ``address``: passed to ``ray.init`` when this process is not connected yet (``"auto"``: the local
@@ -91,6 +91,7 @@ class RayCluster(Cluster):
     """
 
     jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
+    listed_backend = "ray"  # list_jobs: the store may hold other backends' jobs too
     session_transport = "tcp"  # held sessions (Cluster.hold): the host tasks connect back over TCP
 
     def __init__(
@@ -170,7 +171,10 @@ class RayCluster(Cluster):
                 "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
-        job_id = new_job_id(request.name)
+        try:
+            job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
+        except OSError as e:
+            raise launch_error(e, self.store) from None
         info = JobInfo(
             job_id=job_id, name=request.name, status=JobStatus.PENDING, backend="ray", request_summary=summarize_request(request)
         )
@@ -190,10 +194,17 @@ class RayCluster(Cluster):
         job = (job_id, request_bytes, settings)
         with self._standby_lock:  # launch may be called from several threads
             standby, self._standby = self._standby, None
-        if not (standby is not None and self._hand_over(standby, info, job)):
-            name = supervisor_name()
-            self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
-            self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
+        try:
+            if not (standby is not None and self._hand_over(standby, info, job)):
+                name = supervisor_name()
+                self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
+                self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
+        except BaseException as e:  # nothing started: leave no PENDING record behind
+            self.store.discard(job_id)
+            err = launch_error(e, self.store)
+            if err is e:
+                raise
+            raise err from None
         if self.warm_supervisor:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
             # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
@@ -309,43 +320,19 @@ class RayCluster(Cluster):
         except (KeyError, ValueError):
             return None
 
-    def poll(self, job_id: JobId | str) -> JobInfo:
-        info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
-        return self._checked(info, record)
-
-    def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
-        """A job whose supervisor actor is gone is FAILED, whatever its record says."""
-        job_id = info.job_id
-        if (
-            not info.status.is_terminal()
-            and record.get("backend") == "ray"
-            and (info.attempts or info.status is not JobStatus.PENDING or time.time() - info.submitted_at > SUPERVISOR_START_GRACE)
-            and self._supervisor(str(job_id), record) is None
-        ):
-            # Re-read: the supervisor writes the final record just before it goes away.
-            info, _ = self.store.read_info(str(job_id))
-            if not info.status.is_terminal():
-                info.status = JobStatus.FAILED
-                info.error = (
-                    f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
-                    "before the job ended: its node died or the Ray cluster restarted"
-                )
-        return info
-
-    def list_jobs(self) -> list[JobInfo]:
-        """The store's Ray jobs, oldest first; never unpickles. A job whose record cannot be read is listed
-        as UNKNOWN with the reason in ``error`` (its backend cannot be known)."""
-        out = []
-        for info, record in self.store.list_infos():
-            if record is None:
-                out.append(info)
-            elif info.backend == "ray":
-                try:
-                    out.append(self._checked(info, record))
-                except (RecordError, KeyError, TypeError, AttributeError) as e:
-                    out.append(self.store.unknown(info.job_id, f"record cannot be read: {e}"))
-        out.sort(key=lambda i: i.submitted_at)
-        return out
+    def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
+        """A job whose supervisor actor is gone is FAILED, whatever its record says (not while the actor may
+        still be starting: ``launch`` writes the PENDING record before it creates the actor)."""
+        if record.get("backend") != "ray":
+            return None
+        if not (info.attempts or info.status is not JobStatus.PENDING or time.time() - info.submitted_at > SUPERVISOR_START_GRACE):
+            return None
+        if self._supervisor(str(info.job_id), record) is not None:
+            return None
+        return (
+            f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
+            "before the job ended: its node died or the Ray cluster restarted"
+        )
 
     # ------------------------------------------------------------------------------------- terminate
 
@@ -367,12 +354,6 @@ class RayCluster(Cluster):
         if actor is not None:
             ray.kill(actor, no_restart=True)  # its placement groups and tasks go with it (it owns them)
         raise FrayError(f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was killed")
-
-    # ------------------------------------------------------------------------------------------ logs
-
-    def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
-        self.store.read(str(job_id))  # unknown ids fail here, before iteration
-        return self.store.iter_log(str(job_id), follow, lambda: self.poll(job_id).status.is_terminal())
 
     def job_context(self) -> Any:
         from fray_ray.context import RayJobContext

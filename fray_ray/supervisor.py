@@ -1,4 +1,5 @@
-"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs the fray_core runner.
+"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs fray_core's
+:class:`~fray_core.supervisor.Supervisor` (the runner, the record, the log: the same code as the local backend's).
 
 A ``RayCluster`` keeps one supervisor warm (started, idle) and hands it the next job with ``start``, which
 runs the runner in a thread and returns at once: starting an actor costs ~0.4 s (a fresh worker process),
@@ -27,7 +28,7 @@ import ray
 if TYPE_CHECKING:
     from fray_core.records import JobStore
     from fray_core.runner import GangRunner
-    from fray_core.types import JobInfo
+    from fray_core.supervisor import Supervisor
     from fray_ray._host import HostProcess
     from fray_ray.scheduler import SchedulerClient
 
@@ -36,8 +37,8 @@ def _import_job_modules() -> None:
     """Import what starting a job needs (see the note at this module's imports)."""
     import fray_core.records  # noqa: F401
     import fray_core.runner  # noqa: F401
+    import fray_core.supervisor  # noqa: F401
     import fray_core.types  # noqa: F401
-    import fray_local.provider  # noqa: F401
     import fray_ray.provider  # noqa: F401
 
 
@@ -46,9 +47,6 @@ def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
     return (settings["namespace"], settings["non_preemptible_resource"], tuple(settings["quarantine"]))
 
 __all__ = ["JobSupervisor", "WAIT_GROUP", "WAIT_THREADS", "supervisor_name"]
-
-LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
-
 
 STANDBY_IDLE_TIMEOUT = 600.0  # seconds a warm supervisor waits for a job before it removes itself
 WAIT_GROUP = "wait"  # the actor's concurrency group of ``wait_ended`` calls
@@ -77,6 +75,7 @@ class JobSupervisor:
         self.name = name
         self.job_id: str | None = None
         self.runner: GangRunner | None = None
+        self.supervisor: Supervisor | None = None  # fray_core's, which runs the job
         self._claim = threading.Lock()
         self._claimed = False
         self._stop_requested = threading.Event()
@@ -136,10 +135,11 @@ class JobSupervisor:
             self._warming.join(WARM_UP_JOIN)
         import cloudpickle
 
+        from fray_core.joblog import LogSink
         from fray_core.records import JobStore
-        from fray_core.runner import GangRunner, RetryPolicy
+        from fray_core.runner import RetryPolicy
+        from fray_core.supervisor import Supervisor
         from fray_core.types import JobInfo, JobRequest, JobStatus
-        from fray_local.provider import LogSink
         from fray_ray._host import HostConfig
         from fray_ray.provider import QUEUE_TTL, RaySliceProvider
 
@@ -150,9 +150,9 @@ class JobSupervisor:
         warm_store: JobStore | None = getattr(self, "_warm_store", None)
         self.store = warm_store if warm_store is not None and warm_store.root == settings["jobs_dir"] else JobStore(settings["jobs_dir"])
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
-        self._log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
-        self.log = LogSink(self._log_path)
-        self._done = threading.Event()
+        log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
+        self.log = LogSink(log_path)
+        owner = {"owner": {"ray_actor": self.name, "namespace": settings["namespace"]}}
         try:
             request: JobRequest = cloudpickle.loads(request_bytes)
         except Exception as e:  # the user's module is not importable on the cluster
@@ -160,8 +160,10 @@ class JobSupervisor:
             info.status = JobStatus.FAILED
             info.error = f"the job's request cannot be loaded on the Ray cluster: {type(e).__name__}: {e}"
             info.finished_at = time.time()
-            self._persist(info)
-            self._exit()
+            self.log.close()
+            self.store.write_final(info, **owner)
+            self._ended.set()
+            ray.get_runtime_context().current_actor.__ray_terminate__.remote()
             return
         env = request.environment
         runtime_env: dict[str, Any] = {}
@@ -191,14 +193,17 @@ class JobSupervisor:
             submitted_at=info.submitted_at,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
-        self.runner = GangRunner(
-            job_id, request, self.provider, policy=settings["policy"] or RetryPolicy(), on_change=self._persist, info=info
-        )
+        self.supervisor = Supervisor(
+            self.store, request, self.provider, self.log, info=info, policy=settings["policy"] or RetryPolicy(),
+            owner=owner, label="Ray", on_ended=self._exit,
+        )  # fmt: skip
+        self.supervisor.ended = self._ended  # the event wait_ended() serves: set once the final record is written
+        self.runner = self.supervisor.runner
         if self._stop_requested.is_set():  # a terminate that came before the runner existed
             self.runner.stop()
         if not self.store.is_local:
-            threading.Thread(target=self._upload_loop, daemon=True).start()
-        self._run()
+            threading.Thread(target=self.supervisor.upload_loop, daemon=True).start()
+        self.supervisor.run()
 
     def _scheduler_for(self, settings: dict[str, Any]) -> SchedulerClient | None:
         """The scheduler client the warm-up connected, if it was made for these settings."""
@@ -206,43 +211,9 @@ class JobSupervisor:
         key = scheduler_key({"quarantine": (2, 3600.0, 1800.0), **settings})
         return warm[1] if warm is not None and warm[0] == key else None
 
-    def _persist(self, info: JobInfo) -> None:
-        # The store writes a SUCCEEDED job's results first (atomically), then the record.
-        self.store.write(info, owner={"ray_actor": self.name, "namespace": self.settings["namespace"]})
-        if info.status.is_terminal():
-            self._ended.set()
-
-    def _run(self) -> None:
-        from fray_core.types import JobStatus
-
-        try:
-            self.runner.run()
-        except BaseException as e:  # a bug here must not leave the job RUNNING forever
-            self.runner.info.status = JobStatus.FAILED
-            self.runner.info.error = f"internal error in the Ray supervisor: {type(e).__name__}: {e}"
-            self.runner.info.finished_at = time.time()
-            self._persist(self.runner.info)
-        finally:
-            self.provider.close()
-            self._exit()
-
     def _exit(self) -> None:
-        self.log.close()
-        if not self.store.is_local:
-            self._upload()
-        self._done.set()
+        """The job ended and everything of it is released: this actor goes away."""
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
-
-    def _upload(self) -> None:
-        try:
-            with open(self._log_path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
-                dst.write(src.read())
-        except OSError:
-            pass
-
-    def _upload_loop(self) -> None:
-        while not self._done.wait(LOG_UPLOAD_INTERVAL):
-            self._upload()
 
     # ---------------------------------------------------------------------------- called by others
 

@@ -1,5 +1,6 @@
-"""The shape of fray_core: no import cycles between its modules, no direct import of a backend package,
-and the CLI's terminal library never on the ``import fray_core`` path.
+"""The shape of the packages: no import cycles between fray_core's modules, no backend imported by fray_core
+or by another backend (each builds on fray_core alone), and the CLI's terminal library never on the
+``import fray_core`` path.
 
 A static scan (AST) of every module, so a cycle or a backend import hidden in a function body counts too;
 imports under ``if TYPE_CHECKING:`` do not run and are left out.
@@ -16,6 +17,7 @@ import pytest
 
 CORE = Path(__file__).resolve().parent.parent / "fray_core"
 BACKENDS = ("fray_local", "fray_ray")
+PACKAGES = ("fray_core",) + BACKENDS
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -57,14 +59,15 @@ def _imports(tree: ast.AST, package: str) -> list[tuple[str, int]]:
 
 
 def import_graph(root: Path = CORE) -> tuple[dict[str, set[str]], list[str]]:
-    """(edges between fray_core modules, direct imports of backend packages as ``module:line name``)."""
+    """(edges between the package's modules, imports of a backend package other than itself, as
+    ``module:line name``): for fray_core every backend is forbidden, for a backend every other one."""
     modules = {_module_name(p, root): p for p in root.rglob("*.py")}
     edges: dict[str, set[str]] = {m: set() for m in modules}
     backend_imports: list[str] = []
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for target, line in _imports(ast.parse(path.read_text(), str(path)), package):
-            if target.split(".")[0] in BACKENDS:
+            if target.split(".")[0] in BACKENDS and target.split(".")[0] != root.name:
                 backend_imports.append(f"{name}:{line} {target}")
             elif target in modules and target != name and not name.startswith(target + "."):
                 # importing a submodule runs its package's __init__ first; that is not a dependency of ours
@@ -105,9 +108,11 @@ def test_no_import_cycle_in_fray_core() -> None:
     assert cycle is None, "import cycle in fray_core: " + " -> ".join(cycle or [])
 
 
-def test_fray_core_never_imports_a_backend_directly() -> None:
-    # backends are loaded by name through the registry (fray_core.cluster._BACKENDS, fray_core.cli.app._COMMANDS)
-    _, backend_imports = import_graph()
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_a_backend(package: str) -> None:
+    # fray_core loads backends by name through the registry (fray_core.cluster._BACKENDS, fray_core.cli.app._COMMANDS);
+    # a backend uses fray_core only, so a third one never needs another backend installed
+    _, backend_imports = import_graph(CORE.parent / package)
     assert backend_imports == [], backend_imports
 
 
@@ -127,6 +132,11 @@ def test_the_scan_sees_cycles_and_backend_imports(tmp_path: Path) -> None:
     assert backend_imports == ["fray_core.sub.d:2 fray_ray.cluster"]
     (pkg / "sub" / "d.py").write_text("")
     assert find_cycle(import_graph(pkg)[0]) is None
+    ray_pkg = tmp_path / "fray_ray"
+    ray_pkg.mkdir()
+    (ray_pkg / "__init__.py").write_text("")
+    (ray_pkg / "x.py").write_text("import fray_ray.y\nfrom fray_core import a\ndef f():\n    from fray_local.cluster import z\n")
+    assert import_graph(ray_pkg)[1] == ["fray_ray.x:4 fray_local.cluster", "fray_ray.x:4 fray_local.cluster.z"]
 
 
 @pytest.mark.parametrize("code", ["import fray_core", "import fray_core.cluster, fray_core.types, fray_local"])

@@ -269,3 +269,28 @@ def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any)
         time.sleep(0.2)
     assert leftovers() == ([], [])
     assert fray_groups()  # jobs did run here
+
+
+def _cannot_load() -> Any:
+    raise ImportError("no module named 'only_on_my_laptop'")
+
+
+class _LoadsNowhere:
+    """Pickles fine in the launcher; loading it fails, as a class from a module the cluster lacks does."""
+
+    def __reduce__(self) -> Any:
+        return (_cannot_load, ())
+
+
+def _takes(x: Any) -> None:
+    return None
+
+
+def test_a_request_the_supervisor_cannot_load_ends_failed_with_the_reason(ray_tpu_cluster: Any) -> None:
+    """The one path of the Ray supervisor that ends a job before fray_core's Supervisor runs it."""
+    cluster = ray_tpu_cluster.cluster
+    request = JobRequest(name="unloadable", entrypoint=Entrypoint(callable=_takes, function_args={"x": _LoadsNowhere()}))
+    info = cluster.wait(cluster.launch(request), timeout=120)
+    assert info.status == JobStatus.FAILED
+    assert "cannot be loaded on the Ray cluster" in info.error and "only_on_my_laptop" in info.error, info.error
+    assert cluster.store.read_info(info.job_id)[0].status == JobStatus.FAILED

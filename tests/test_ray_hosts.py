@@ -126,7 +126,7 @@ def test_a_host_imports_none_of_the_supervisors_machinery(ray_tpu_cluster: Any) 
     host on 2 cores (bench/NOTES.md)."""
     cluster = ray_tpu_cluster.cluster
     info = cluster.wait(cluster.launch(request(loaded_modules)), timeout=120, raise_on_failure=True)
-    heavy = {"fray_core.runner", "fray_core.records", "fray_core.types", "fray_core.fleet", "fray_ray.provider", "fray_local.provider"}
+    heavy = {"fray_core.runner", "fray_core.records", "fray_core.supervisor", "fray_core.types", "fray_core.fleet", "fray_ray.provider"}
     for modules in info.result:
         assert "fray_ray._host" in modules  # it is the host's code
         assert not heavy & set(modules), modules

@@ -1,0 +1,305 @@
+"""Job supervision, written once for every backend: :class:`Supervisor` runs one job, :class:`RecordCluster`
+answers ``poll``/``list_jobs``/``logs`` from the job store.
+
+A backend supplies what only it knows: a provider (where hosts run), a log path, the ``owner`` fields of
+the record (a pid, a Ray actor's name) and, in :meth:`RecordCluster.owner_gone`, how to tell that a job's
+supervisor is gone. The rest -- the PENDING record, the runner, a crash of the runner turned into FAILED
+with its reason, the final record written even on a full disk, the provider and the log closed, the log
+uploaded to a remote store -- is here::
+
+    job_id = store.new_job(request.name)            # the job's own dir, created exclusively
+    sup = Supervisor(store, request, provider, LogSink(store.log_path(job_id)),
+                     info=JobInfo(job_id=job_id, name=request.name, status=JobStatus.PENDING),
+                     policy=RetryPolicy(), owner={"owner": owner_info()}, label="local")
+    sup.start()                                     # PENDING record, then the runner in a thread
+    sup.done.wait(60)
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fray_core.cluster import Cluster
+from fray_core.errors import FrayError, RecordError
+from fray_core.joblog import LogSink
+from fray_core.records import JobStore
+from fray_core.runner import GangRunner, RetryPolicy, SliceProvider
+from fray_core.types import JobId, JobInfo, JobRequest, JobStatus
+
+__all__ = ["LOG_UPLOAD_INTERVAL", "RecordCluster", "Supervisor", "check_picklable", "launch_error"]
+
+LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
+START_TIMEOUT = 10.0  # seconds between a waiting supervisor thread's looks at its launch (see _thread_main)
+
+
+def check_picklable(request: JobRequest) -> None:
+    """Fail in the caller's process, before anything starts, if the entrypoint cannot be shipped.
+
+    >>> from fray_core.types import Entrypoint, JobRequest
+    >>> check_picklable(JobRequest(name="ok", entrypoint=Entrypoint(callable=print)))
+    """
+    import cloudpickle
+
+    ep = request.entrypoint
+    try:
+        cloudpickle.dumps(ep)
+    except Exception as e:
+        what = ep.describe()
+        raise TypeError(
+            f"Entrypoint.callable: {what} (or its function_args) cannot be pickled with cloudpickle, so it "
+            f"cannot be shipped to the job's processes: {type(e).__name__}: {e}. Pass a module-level "
+            "function and picklable arguments."
+        ) from e
+
+
+class Supervisor:
+    """Runs one job: the shared runner over ``provider``, every state change written to ``store``.
+
+    - ``info``: the job's PENDING :class:`JobInfo`; ``owner``: extra record fields saying who supervises it
+      (read back by :meth:`RecordCluster.owner_gone`); ``label``: the backend's name in error texts.
+    - ``cleanup``: called once the runner returned (or crashed), before the provider is closed (the local
+      backend kills what is left of the job's hosts there); ``on_ended``: called last (Ray: the actor exits).
+    - ``ended`` is set once the final record is written (or could not be), ``done`` once everything is released.
+
+    A crash of the runner or the provider ends the job FAILED with the reason (its traceback goes to the
+    job's log), never RUNNING forever. A record that cannot be written (full disk, no file descriptors)
+    does not stop the job; the final one is written with :meth:`JobStore.write_final`, after the job's
+    hosts are released.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        request: JobRequest,
+        provider: SliceProvider,
+        log: LogSink,
+        *,
+        info: JobInfo,
+        policy: RetryPolicy,
+        owner: dict[str, Any],
+        label: str,
+        cleanup: Callable[[], None] | None = None,
+        on_ended: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        self.log = log
+        self.owner = owner
+        self.label = label
+        self.cleanup = cleanup
+        self.on_ended = on_ended
+        self.ended = threading.Event()
+        self.done = threading.Event()
+        self.write_error: str | None = None  # why the last record write failed (None: it did not)
+        self.runner = GangRunner(info.job_id, request, provider, policy=policy, on_change=self.persist, info=info)
+        self.thread: threading.Thread | None = None
+        self._go = threading.Event()
+        self._abandoned = False
+        self._final_written = False
+
+    @property
+    def job_id(self) -> JobId:
+        return self.runner.job_id
+
+    @property
+    def info(self) -> JobInfo:
+        return self.runner.info
+
+    def persist(self, info: JobInfo) -> None:
+        """Write the record (the runner's ``on_change``). A failed write is remembered, not raised: the job
+        goes on, and the next change writes it again; a final record that failed is written by :meth:`run`
+        once the job's hosts are released (:meth:`JobStore.write_final`)."""
+        try:
+            self.store.write(info, **self.owner)
+        except Exception as e:  # noqa: BLE001 - any failure to record must not stop the job
+            self.write_error = f"{type(e).__name__}: {e}"
+            return
+        self.write_error = None
+        if info.status.is_terminal():
+            self._final_written = True
+            self.ended.set()
+
+    def start(self, record: bool = True) -> None:
+        """Run the job in a thread of its own; with ``record``, write the PENDING record first.
+
+        Either both happen or neither: the thread is started first (and waits), so a process that cannot
+        start a thread leaves no PENDING record behind; a record that cannot be written stops the thread.
+        Raises what failed; the caller then discards the job's dir (:meth:`JobStore.discard`).
+        """
+        self.thread = threading.Thread(target=self._thread_main, daemon=True, name=f"fray-job-{self.job_id}")
+        self.thread.start()
+        try:
+            if record:
+                self.store.write(self.info, **self.owner)
+        except BaseException:
+            self._abandoned = True
+            self._go.set()
+            raise
+        self._go.set()
+
+    def _thread_main(self) -> None:
+        # start() sets _go on every path (recorded, or abandoned when the record failed), after the record
+        # write returned: a slow store (gs://) only delays the job, it never runs without its record.
+        while not self._go.wait(START_TIMEOUT):
+            pass
+        if self._abandoned:
+            self.log.close()
+            self.done.set()
+            return
+        self.run()
+
+    def run(self) -> None:
+        """Run the job to its end in this thread, then release everything (never raises)."""
+        info = self.runner.info
+        try:
+            self.runner.run()
+        except BaseException as e:  # a bug in the runner or provider must not leave the job RUNNING
+            info.status = JobStatus.FAILED
+            info.error = f"internal error in the {self.label} supervisor: {type(e).__name__}: {e}"
+            info.finished_at = time.time()
+            self._log_lines("fray", traceback.format_exc())
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        info = self.runner.info
+        for step in (self.cleanup, self.provider.close):
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - the final record comes first
+                self._log_lines("fray", traceback.format_exc())
+        if not info.status.is_terminal():  # cannot happen unless the runner returned early: say so
+            info.status = JobStatus.FAILED
+            info.error = info.error or (
+                f"internal error in the {self.label} supervisor: the runner ended without an outcome"
+            )
+            info.finished_at = time.time()
+        self.log.close()
+        problem = None
+        if self._final_written:
+            self.store.drop_reserve(self.job_id)
+        else:
+            problem = self.store.write_final(info, **self.owner)
+        if problem is not None:
+            self.write_error = problem
+            try:
+                print(f"fray: {problem}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+        self.ended.set()
+        if not self.store.is_local:
+            self.upload_log()
+        self.done.set()
+        if self.on_ended is not None:
+            self.on_ended()
+
+    def _log_lines(self, tag: str, text: str) -> None:
+        for line in text.rstrip("\n").splitlines():
+            self.log.write(tag, line)
+
+    def upload_log(self) -> None:
+        """Copy the job's log to a remote store (``gs://``): it is written locally, where the hosts' lines arrive."""
+        try:
+            with open(self.log.path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError:
+            pass  # the next upload (or the final one) tries again
+
+    def upload_loop(self, interval: float = LOG_UPLOAD_INTERVAL) -> None:
+        """Upload the log every ``interval`` seconds until the job is done (run in a thread)."""
+        while not self.done.wait(interval):
+            self.upload_log()
+
+
+class RecordCluster(Cluster):
+    """A :class:`Cluster` whose jobs are known by their records in :attr:`store`: ``poll``, ``list_jobs``
+    and ``logs`` are written here; a backend says how to tell that a job's supervisor is gone
+    (:meth:`owner_gone`) and may answer for jobs it supervises in this process (:meth:`live_info`).
+
+    >>> class MyCluster(RecordCluster):  # doctest: +SKIP
+    ...     def owner_gone(self, info, record):
+    ...         return None if my_supervisor_alive(record["owner"]) else "its supervisor died"
+    """
+
+    store: JobStore
+    #: ``list_jobs`` lists only records of this backend (``None``: every record in the store)
+    listed_backend: str | None = None
+
+    def live_info(self, job_id: str) -> JobInfo | None:
+        """The state of a job this process supervises (fresher than its record); ``None`` otherwise."""
+        return None
+
+    def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
+        """Why the supervisor of an unfinished job is gone (the job is then FAILED with this text), or
+        ``None`` while it lives or cannot be told. Raises :class:`RecordError` for an owner field that
+        makes no sense."""
+        return None
+
+    def poll(self, job_id: JobId | str) -> JobInfo:
+        live = self.live_info(str(job_id))
+        if live is not None:
+            return live
+        info, record = self.store.read_info(str(job_id))  # JSON only: results load when asked for
+        return self._checked(info, record)
+
+    def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
+        """A job whose supervisor is gone is FAILED, whatever its record says."""
+        if info.status.is_terminal():
+            return info
+        reason = self.owner_gone(info, record)
+        if reason is None:
+            return info
+        info, _ = self.store.read_info(str(info.job_id))  # the supervisor writes the final record just before it goes
+        if not info.status.is_terminal():
+            info.status = JobStatus.FAILED
+            info.error = reason
+        return info
+
+    def list_jobs(self) -> list[JobInfo]:
+        """Every job in the store (of :attr:`listed_backend`), oldest first; never unpickles. A job whose
+        record cannot be read is listed as UNKNOWN with the reason in ``error`` (and a warning)."""
+        out = []
+        for info, record in self.store.list_infos():
+            if record is None:
+                out.append(info)
+                continue
+            if self.listed_backend is not None and info.backend != self.listed_backend:
+                continue
+            try:
+                live = self.live_info(info.job_id)
+                out.append(live if live is not None else self._checked(info, record))
+            except (RecordError, KeyError, TypeError, AttributeError, ValueError) as e:
+                why = str(e) if isinstance(e, RecordError) else f"record cannot be read: {e}"
+                out.append(self.store.unknown(info.job_id, why))
+        out.sort(key=lambda i: i.submitted_at)
+        return out
+
+    def logs(self, job_id: JobId | str, follow: bool = False) -> Iterator[str]:
+        self.store.read(str(job_id))  # unknown ids fail here, before iteration
+        return self.store.iter_log(str(job_id), follow, lambda: self.poll(job_id).status.is_terminal())
+
+
+def launch_error(error: BaseException, store: JobStore | None = None) -> BaseException:
+    """What ``launch`` raises when it failed half-way (the caller has discarded the job): no thread could be
+    started, or the job could not be recorded, said plainly as a :class:`FrayError`; other errors as they are.
+
+    >>> print(launch_error(RuntimeError("can't start new thread")))
+    launch: cannot start a thread (can't start new thread): too many threads or processes; the job was not launched
+    """
+    if isinstance(error, RuntimeError) and "thread" in str(error):
+        return FrayError(
+            f"launch: cannot start a thread ({error}): too many threads or processes; the job was not launched"
+        )
+    if isinstance(error, OSError):
+        where = f" in {store.root}" if store is not None else ""
+        what = f"{type(error).__name__}: {error}"
+        return FrayError(f"launch: cannot record the job{where} ({what}); the job was not launched")
+    return error
