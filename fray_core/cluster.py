@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from fray_core.errors import FrayError, JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
+from fray_core.limits import check_seconds
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
@@ -196,6 +197,7 @@ class Cluster(abc.ABC):
 
         >>> info = cluster.wait(job_id, timeout=600, raise_on_failure=True)  # doctest: +SKIP
         """
+        timeout = check_seconds("wait: timeout", timeout)
         single = isinstance(job_ids, str)
         ids = [str(job_ids)] if single else [str(j) for j in job_ids]  # type: ignore[union-attr]
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -237,6 +239,7 @@ class Cluster(abc.ABC):
 
         >>> info = cluster.monitor(job_id)  # doctest: +SKIP
         """
+        timeout = check_seconds("monitor: timeout", timeout)
         view = view if view is not None else MonitorView(out or sys.stdout)
         lines: queue.Queue[str | None] = queue.Queue()
 

@@ -47,6 +47,7 @@ from typing import Any, Protocol, Union
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.limits import MAX_FLEET_SLICES
 from fray_core.scheduling import FairQueue, Quarantine, held_by, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -320,6 +321,7 @@ class Fleet:
             clock = FakeClock()
         self.clock = clock
         self.on_demand = on_demand
+        self._fleet_name = name
         self.fault_plan = fault_plan or FaultPlan()
         self.on_dirt = on_dirt
         self._slices: dict[str, Slice] = {}
@@ -372,8 +374,15 @@ class Fleet:
     # ------------------------------------------------------------------------------------- inventory
 
     def add_slices(self, tpu_type: str, n: int = 1) -> list[Slice]:
-        """Add ``n`` free slices of ``tpu_type`` (named after the ones the type has)."""
+        """Add ``n`` free slices of ``tpu_type`` (named after the ones the type has); at most
+        :data:`~fray_core.limits.MAX_FLEET_SLICES` of a type in all."""
         spec = get_tpu_spec(tpu_type)
+        have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
+        if have + n > MAX_FLEET_SLICES:
+            raise ValueError(
+                f"{self._fleet_name}: at most {MAX_FLEET_SLICES:,} slices of {spec.name} allowed in a fleet, "
+                f"asked for {have + n:,}"
+            )
         counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
         free = self._free.setdefault(spec.name, {})
         by_index = self._by_type.setdefault(spec.name, [])
@@ -474,7 +483,10 @@ class Fleet:
         if not wanted:
             raise ValueError("Fleet.try_acquire: counts is empty; give at least one slice count")
         if self.on_demand and len(self._free.get(spec.name, ())) < wanted[0]:
-            self.add_slices(spec.name, wanted[0] - len(self._free.get(spec.name, ())))
+            # up to the fleet's limit: beyond it, the job waits for slices as on any fleet
+            room = MAX_FLEET_SLICES - sum(self._counts[spec.name].values()) if spec.name in self._counts else MAX_FLEET_SLICES
+            if room > 0:
+                self.add_slices(spec.name, min(room, wanted[0] - len(self._free.get(spec.name, ()))))
         existing = self.count(spec.name)
         queue = self._queues.get(spec.name)
         if existing < wanted[-1]:

@@ -29,6 +29,7 @@ import enum
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.limits import MAX_SECONDS, MIN_POLL_INTERVAL, check_number
 from fray_core.types import (
     Attempt,
     AttemptOutcome,
@@ -174,6 +175,18 @@ class SliceProvider(Protocol):
     def release(self, leases: list[SliceLease]) -> None: ...
 
 
+# RetryPolicy's fields: (name, minimum, minimum excluded)
+_POLICY_BOUNDS = (
+    ("backoff_initial", 0.0, False),
+    ("backoff_max", 0.0, False),
+    ("backoff_multiplier", 1.0, False),
+    ("schedule_timeout", 0.0, False),
+    ("poll_interval", MIN_POLL_INTERVAL, False),
+    ("cancel_grace", 0.0, False),
+    ("host_start_timeout", 0.0, True),
+)
+
+
 @attrs.define
 class RetryPolicy:
     """Timing of the runner. Budgets come from the JobRequest; these are how long to wait and back off."""
@@ -187,6 +200,15 @@ class RetryPolicy:
     # per attempt, for providers that report host start: every host must have started within this many
     # seconds after start() returned, else the slice is taken as lost (PREEMPTED)
     host_start_timeout: float = 300.0
+
+    def __attrs_post_init__(self) -> None:
+        # Checked once here, not on assignment: a NaN or zero poll_interval would spin a core, a NaN
+        # timeout never expire.
+        for field, minimum, exclusive in _POLICY_BOUNDS:
+            check_number(
+                f"RetryPolicy.{field}", getattr(self, field), minimum=minimum, exclusive=exclusive,
+                maximum=MAX_SECONDS, unit="seconds" if field != "backoff_multiplier" else "",
+            )
 
     def backoff(self, consecutive: int) -> float:
         if consecutive <= 0 or self.backoff_initial <= 0:

@@ -56,6 +56,7 @@ import attrs
 
 from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
+from fray_core.limits import check_name, check_seconds
 from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -522,8 +523,9 @@ def open_session(
     :class:`~fray_core.errors.WaitTimeoutError` (after stopping the session) when ``timeout`` seconds pass first."""
     if not isinstance(fresh_process, bool):
         raise TypeError(f"hold: fresh_process: expected True or False, got {fresh_process!r}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise ValueError(f"hold: timeout: expected seconds > 0 or None, got {timeout!r}")
+    timeout = check_seconds("hold: timeout", timeout, positive=True)
+    if name is not None:
+        check_name("hold: name", name)
     core = _Core(cluster, fresh_process, cluster.session_transport or "unix")
     try:
         worker = SessionWorker(core.address, core.family, core.authkey, fresh_process)

@@ -87,3 +87,150 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
     assert sim.returncode == 0, sim.stdout + sim.stderr
     assert "PREEMPTED" in sim.stdout
     assert "Traceback" not in sim.stdout + sim.stderr, sim.stdout + sim.stderr
+
+
+# ------------------------------------------------------------- 2. every public number, checked at construction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fray_core import ElasticConfig, GpuConfig, ResourceConfig, TpuConfig
+from fray_core.context import LocalJobContext
+from fray_core.runner import RetryPolicy
+
+# values no numeric field takes: non-finite, negative, bool, str, None
+BAD_NUMBERS = st.one_of(
+    st.sampled_from([float("nan"), float("inf"), float("-inf"), True, False, "5", "nan", None, [-1], 1e300]),
+    st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False),
+    st.integers(max_value=-1),
+)
+TPU = TpuConfig(type="v4-16")
+
+
+def _entry() -> Entrypoint:
+    return Entrypoint(binary="true")
+
+
+# (the field as the error names it, a constructor taking the bad value); None is allowed where "no limit"
+# is the documented meaning, and 1e300 where no upper bound exists
+FIELDS = {
+    **{f"RetryPolicy.{f}": (lambda v, f=f: RetryPolicy(**{f: v})) for f in (
+        "backoff_initial", "backoff_max", "backoff_multiplier", "schedule_timeout", "poll_interval",
+        "cancel_grace", "host_start_timeout")},
+    "ElasticConfig.grow_after": lambda v: ElasticConfig(grow_after=v),
+    "ElasticConfig.grace": lambda v: ElasticConfig(grace=v),
+    "ResourceConfig.cpu": lambda v: ResourceConfig(cpu=v),
+    "ResourceConfig.replicas": lambda v: ResourceConfig(device=TPU, replicas=v),
+    "GpuConfig.count": lambda v: GpuConfig(type="A100", count=v),
+    "JobRequest.max_retries_failure": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_failure=v),
+    "JobRequest.max_retries_preemption": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_preemption=v),
+}
+UNBOUNDED_ABOVE = {"ResourceConfig.cpu", "JobRequest.max_retries_failure", "JobRequest.max_retries_preemption"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(sorted(FIELDS)), value=BAD_NUMBERS)
+def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value: object) -> None:
+    if value == 1e300 and field in UNBOUNDED_ABOVE:
+        return
+    with pytest.raises((ValueError, TypeError)) as e:
+        FIELDS[field](value)
+    assert field in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("sizes", ["ram", "disk"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, True, "lots"])
+def test_sizes_reject_bad_values(sizes: str, value: object) -> None:
+    with pytest.raises((ValueError, TypeError), match=f"ResourceConfig.{sizes}"):
+        ResourceConfig(**{sizes: value})
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=BAD_NUMBERS.filter(lambda v: v is not None))
+def test_every_timeout_of_every_cluster_is_checked(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
+    cluster = _shared_cluster(tmp_path_factory)
+    for what, call in {
+        "wait: timeout": lambda: cluster.wait("no-such-job", timeout=value),
+        "monitor: timeout": lambda: cluster.monitor("no-such-job", timeout=value),
+        "hold: timeout": lambda: cluster.hold(ResourceConfig(), timeout=value),
+        "get: timeout": lambda: LocalJobContext.shared().get(1, timeout=value),
+    }.items():
+        with pytest.raises((ValueError, TypeError)) as e:
+            call()
+        assert what in str(e.value), str(e.value)
+
+
+_CLUSTERS: dict[str, LocalCluster] = {}
+
+
+def _shared_cluster(factory: pytest.TempPathFactory) -> LocalCluster:
+    if "c" not in _CLUSTERS:
+        _CLUSTERS["c"] = LocalCluster(jobs_dir=str(factory.mktemp("jobs")), retry_policy=TEST_POLICY)
+    return _CLUSTERS["c"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_cluster() -> Iterator[None]:
+    yield
+    for c in _CLUSTERS.values():
+        c.close()
+
+
+def test_good_timeouts_still_work(cluster: LocalCluster) -> None:
+    job_id = cluster.launch(JobRequest(name="t", entrypoint=_entry()))
+    assert cluster.wait(job_id, timeout=60).status == JobStatus.SUCCEEDED
+    assert cluster.wait(job_id, timeout=0).status == JobStatus.SUCCEEDED  # 0: look once
+    assert RetryPolicy(schedule_timeout=0.0, backoff_initial=0).schedule_timeout == 0.0
+    ctx = LocalJobContext.shared()
+    assert ctx.get(ctx.run(abs, -3), timeout=10) == 3
+
+
+# ----------------------------------------------------------------------- 3. sizes and names, bounded
+
+import time as _time
+
+from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS
+from fray_local import TpuFleet
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ResourceConfig(replicas=10**18), "at most 10,000 processes per job"),
+        (lambda: ResourceConfig(device=TPU, replicas=10**7), "at most 10,000 slices per TPU job"),
+        (lambda: ResourceConfig(device=TPU, replicas=[1, MAX_REPLICAS + 1]), "at most 10,000 slices"),
+        (lambda: ResourceConfig(device=TpuConfig(type="v4-4096"), replicas=1000), "host processes; at most 100,000"),
+        (lambda: JobRequest(name="n" * 20_000_000, entrypoint=_entry()), "JobRequest.name: at most 1024 characters"),
+        (lambda: TpuFleet({"v4-16": 99_999_999}), "at most 10,000 slices of v4-16"),
+    ],
+)
+def test_sizes_and_names_above_the_limits_fail_at_once(make: object, message: str) -> None:
+    start = _time.monotonic()
+    with pytest.raises(ValueError, match=message) as e:
+        make()  # type: ignore[operator]
+    assert _time.monotonic() - start < 2.0  # not after building 10**7 of anything
+    assert "\n" not in str(e.value)
+
+
+def test_sizes_at_the_limits_are_accepted() -> None:
+    assert ResourceConfig(replicas=MAX_REPLICAS).replicas == MAX_REPLICAS
+    assert ResourceConfig(device=TPU, replicas=[MAX_REPLICAS, 1]).replica_counts
+    v4_128 = TpuConfig(type="v4-128")  # 16 hosts a slice
+    assert ResourceConfig(device=v4_128, replicas=MAX_HOSTS_PER_JOB // 16).replicas == MAX_HOSTS_PER_JOB // 16
+    assert len(JobRequest(name="n" * MAX_NAME_LENGTH, entrypoint=_entry()).name) == MAX_NAME_LENGTH
+    fleet = TpuFleet({"v4-16": MAX_FLEET_SLICES})
+    try:
+        with pytest.raises(ValueError, match="at most 10,000 slices of v4-16"):
+            fleet.model.add_slices("v4-16", 1)
+    finally:
+        fleet.close()
+
+
+def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"), FRAY_CLUSTER_SPEC="local?tpu=v4-16:99999999")
+    start = _time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "fray_core.cli", "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "at most 10,000 slices of a type" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert _time.monotonic() - start < 20
