@@ -234,3 +234,101 @@ def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "at most 10,000 slices of a type" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert _time.monotonic() - start < 20
+
+
+# ------------------------------------------------------------------ 4. output in bounded memory, last line kept
+
+import threading as _threading
+
+from fray_local._proc import HostProcess, LineSplitter, LogSink
+
+
+def _shown(line: str) -> str:
+    """What a terminal shows of a line rewritten with '\\r' (the last non-empty state)."""
+    states = [s for s in line.split("\r") if s]
+    return states[-1] if states else ""
+
+
+def _reference(text: str) -> list[str]:
+    *lines, rest = text.split("\n")
+    return [_shown(x) for x in lines] + ([_shown(rest)] if rest else [])
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet="ab\r\n", max_size=60), cuts=st.lists(st.integers(0, 60), max_size=8))
+def test_line_splitter_logs_what_a_terminal_shows_whatever_the_chunks(text: str, cuts: list[int]) -> None:
+    data = text.encode()
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    splitter = LineSplitter(progress_interval=float("inf"))  # no progress lines mid-line: chunking must not matter
+    out: list[str] = []
+    for a, b in zip(bounds, bounds[1:]):
+        out += splitter.feed(data[a:b], now=0.0)
+    out += splitter.close()
+    assert out == _reference(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"\r")), max_size=30))
+def test_line_splitter_memory_is_bounded_without_any_newline(chunks: list[bytes]) -> None:
+    splitter = LineSplitter(max_line=8, progress_interval=0.0)
+    for i, chunk in enumerate(chunks):
+        for line in splitter.feed(chunk, now=float(i)):
+            assert len(line.encode("utf-8", "surrogateescape")) <= 8 * 3  # a replaced byte is 3 bytes of U+FFFD
+        assert len(splitter._cur) <= 8 and len(splitter._prog or b"") <= 8
+
+
+LAUNCHER = r'''
+import resource, sys
+from fray_core import Entrypoint, JobRequest
+from fray_local import LocalCluster
+from fray_local.testing import TEST_POLICY
+
+mb = int(sys.argv[2])
+# tqdm-like: 100-byte states separated by '\r', never a newline, then a last line without '\n'
+prog = f"import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; [w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line')"
+cluster = LocalCluster(jobs_dir=sys.argv[1], retry_policy=TEST_POLICY)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+job = cluster.launch(JobRequest(name="tqdm", entrypoint=Entrypoint.from_binary(sys.executable, ["-c", prog])))
+info = cluster.wait(job, timeout=600)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lines = list(cluster.logs(job))
+cluster.close()
+print(info.status.value, (after - before) // 1024, len(lines), repr(lines[-1][-40:]))
+'''
+
+
+@linux_only
+def test_progress_bars_without_newlines_take_bounded_memory_and_the_last_line_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "jobs"), "200"],  # 200 MB of output
+        env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    status, grew_mib, n_lines, last = r.stdout.split(maxsplit=3)
+    assert status == "SUCCEEDED"
+    assert int(grew_mib) < 60, f"the launcher's peak RSS grew by {grew_mib} MiB for 200 MB of '\\r' output"
+    assert "final line" in last, last
+    assert int(n_lines) < 1000  # progress states logged now and then, not 2 million of them
+
+
+class _SlowSink(LogSink):
+    """A log that takes 5 ms a line, as a loaded machine might: the pump falls behind the host."""
+
+    def write(self, tag: str, line: str) -> None:
+        _time.sleep(0.005)
+        super().write(tag, line)
+
+
+@linux_only
+def test_a_pump_behind_its_host_loses_no_line(tmp_path: Path) -> None:
+    sink = _SlowSink(str(tmp_path / "log"))
+    ended = _threading.Event()
+    host = HostProcess("h0", sink, ended.set)
+    n = 700  # 3.5 s of writing: longer than DRAIN_GRACE after the host has exited
+    host.start([sys.executable, "-c", f"print('\\n'.join(f'line {{i}}' for i in range({n})), end='')"], dict(os.environ), str(tmp_path))
+    assert ended.wait(60)
+    sink.close()
+    log = (tmp_path / "log").read_text().splitlines()
+    assert "still held by another process" not in "\n".join(log)
+    assert log[-1] == f"[h0] line {n - 1}" and len(log) == n  # every line, the last one (no newline) too
