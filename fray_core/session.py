@@ -70,8 +70,12 @@ CONNECT_TIMEOUT = 300.0
 SETTLE_TIMEOUT = 120.0
 #: how long ``close()`` waits for idle workers to exit before terminating the job
 CLOSE_TIMEOUT = 30.0
-#: how long a connecting peer has to complete the authentication and say who it is
-HANDSHAKE_TIMEOUT = 30.0
+#: how long a connecting peer has to complete the authentication and say who it is (a worker takes milliseconds)
+HANDSHAKE_TIMEOUT = 5.0
+#: connections at most in the handshake at once; when all are taken, the oldest one that has had
+#: HANDSHAKE_EVICT_AFTER seconds is closed for the newcomer (a flood of silent peers evicts itself)
+MAX_HANDSHAKES = 128
+HANDSHAKE_EVICT_AFTER = 1.0
 _TICK = 0.05  # granularity of the waits on state owned by the job's supervisor (poll)
 
 
@@ -198,6 +202,9 @@ class _Core:
         self._stopping = False
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fray-session-call")
         self.made = 0  # calls sent to the hosts so far (the record's ``calls``)
+        # the sockets in the handshake, oldest first, with when they were accepted
+        self._pending: dict[socket.socket, float] = {}
+        self._pending_lock = threading.Condition()
         self._acceptor = threading.Thread(target=self._accept, daemon=True, name="fray-session-accept")
         self._acceptor.start()
 
@@ -205,23 +212,59 @@ class _Core:
 
     def _accept(self) -> None:
         while not self._stopping:
+            self._make_room()
             try:
                 sock, _ = self.sock.accept()
             except OSError:
                 if self._stopping:
                     return
+                time.sleep(0.05)  # out of fds (EMFILE) and the like: retry, without spinning a core
                 continue
             if self._stopping:
                 sock.close()
                 return
-            # The handshake runs in its own thread, with a receive deadline, so a peer that connects and says
-            # nothing (anyone can, over TCP) holds up only itself, never the workers that connect after it.
-            threading.Thread(target=self._handshake, args=(sock,), daemon=True, name="fray-session-hello").start()
+            with self._pending_lock:
+                self._pending[sock] = time.monotonic()
+            # The handshake runs in its own thread, with a short receive deadline, and at most MAX_HANDSHAKES
+            # at once: a peer that connects and says nothing (anyone can, over TCP) holds up only itself, and
+            # a flood of them neither exhausts this process's threads and fds nor keeps workers out for long.
+            try:
+                threading.Thread(target=self._handshake, args=(sock,), daemon=True, name="fray-session-hello").start()
+            except RuntimeError:  # no thread to be had: this peer has to connect again
+                self._unpend(sock)
+                sock.close()
+
+    def _make_room(self) -> None:
+        """Wait until fewer than MAX_HANDSHAKES connections are in the handshake, evicting the oldest once it
+        has had HANDSHAKE_EVICT_AFTER seconds (a real worker is done long before)."""
+        with self._pending_lock:
+            while len(self._pending) >= MAX_HANDSHAKES and not self._stopping:
+                oldest, since = next(iter(self._pending.items()))
+                left = since + HANDSHAKE_EVICT_AFTER - time.monotonic()
+                if left <= 0:
+                    del self._pending[oldest]
+                    try:  # its handshake thread then fails at once and closes it
+                        oldest.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                else:
+                    self._pending_lock.wait(left)
+
+    def _unpend(self, sock: socket.socket) -> None:
+        with self._pending_lock:
+            self._pending.pop(sock, None)
+            self._pending_lock.notify_all()
 
     def _handshake(self, sock: socket.socket) -> None:
-        _recv_timeout(sock, HANDSHAKE_TIMEOUT)
-        sock.setblocking(True)
-        conn = Connection(sock.detach())
+        try:
+            _recv_timeout(sock, HANDSHAKE_TIMEOUT)
+            sock.setblocking(True)
+            # a copy of the fd for the Connection: ``sock`` stays open (an evictor may shut it down) until the end
+            conn = Connection(os.dup(sock.fileno()))
+        except OSError:
+            self._unpend(sock)
+            sock.close()
+            return
         try:
             # mutual HMAC challenge with the session's key, before anything from the peer is unpickled
             deliver_challenge(conn, self.authkey)
@@ -229,11 +272,17 @@ class _Core:
             kind, hello = conn.recv()
             assert kind == "hello"
             w = _Worker(conn, hello["attempt"], hello["slice"], hello["host"], hello["replicas"], hello["pid"])
-            with socket.socket(fileno=os.dup(conn.fileno())) as dup:
-                _recv_timeout(dup, 0)  # an idle worker waits for its next call as long as the session lives
+            _recv_timeout(sock, 0)  # an idle worker waits for its next call as long as the session lives
+            with self._pending_lock:  # out of the evictor's reach from now on (unless it was evicted already)
+                if self._pending.pop(sock, None) is None:
+                    raise ConnectionResetError("evicted")
+                self._pending_lock.notify_all()
         except Exception:
             conn.close()
             return
+        finally:
+            self._unpend(sock)
+            sock.close()  # the Connection keeps its own fd
         with self.cond:
             if self._stopping:
                 conn.close()
@@ -391,6 +440,13 @@ class _Core:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            with self._pending_lock:  # end the handshakes under way now, not at their deadline
+                for s in self._pending:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                self._pending_lock.notify_all()
             self._acceptor.join(5)
             with self.cond:
                 for ws in self.workers.values():

@@ -332,3 +332,76 @@ def test_a_pump_behind_its_host_loses_no_line(tmp_path: Path) -> None:
     log = (tmp_path / "log").read_text().splitlines()
     assert "still held by another process" not in "\n".join(log)
     assert log[-1] == f"[h0] line {n - 1}" and len(log) == n  # every line, the last one (no newline) too
+
+
+# ------------------------------------------------------------- 5. a session listener under a flood of silent peers
+
+FLOOD_OWNER = r'''
+import json, os, resource, subprocess, sys, threading, time
+from multiprocessing.connection import Client
+from fray_core import session as S
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+core = S._Core(None, False, "tcp")
+core.address = ("127.0.0.1", core.address[1])
+flood = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(core.address[1])], stdout=subprocess.PIPE, text=True)
+assert flood.stdout.readline().strip() == "flooding"
+time.sleep(1.0)  # the flood is under way
+cpu0, t0 = time.process_time(), time.monotonic()
+peak_threads = peak_fds = 0
+stop = threading.Event()
+def sample():
+    global peak_threads, peak_fds
+    while not stop.wait(0.05):
+        peak_threads = max(peak_threads, threading.active_count())
+        peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")))
+threading.Thread(target=sample, daemon=True).start()
+start = time.monotonic()
+conn = Client(core.address, family="AF_INET", authkey=core.authkey)  # a real worker, in the middle of it
+conn.send(("hello", {"attempt": 0, "slice": 0, "host": 0, "replicas": 1, "pid": os.getpid()}))
+with core.cond:
+    registered = core.cond.wait_for(lambda: core.workers.get(0), timeout=20)
+joined = time.monotonic() - start
+time.sleep(2.0)
+stop.set()
+cpu = (time.process_time() - cpu0) / (time.monotonic() - t0)
+made = int(flood.stdout.readline() or 0)
+flood.kill(); flood.wait()
+conn.close(); core.close()
+print(json.dumps({"registered": bool(registered), "joined_s": joined, "threads": peak_threads, "fds": peak_fds,
+                  "cpu": cpu, "flood": made}))
+'''
+
+FLOODER = r'''
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+port, held = int(sys.argv[1]), []
+print("flooding", flush=True)
+end = time.monotonic() + 5.0
+while time.monotonic() < end and len(held) < 1100:  # 1,100 silent connections, or 5 s of trying
+    s = socket.socket()
+    s.settimeout(0.2)
+    try:
+        s.connect(("127.0.0.1", port))
+        held.append(s)
+    except OSError:
+        s.close()
+print(len(held), flush=True)
+time.sleep(60)
+'''
+
+
+@linux_only
+def test_a_flood_of_silent_connections_holds_up_only_itself() -> None:
+    import json
+
+    r = subprocess.run(
+        [sys.executable, "-c", FLOOD_OWNER, FLOODER], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    print(m)
+    assert m["registered"] and m["joined_s"] < 5.0, m  # the real worker got in, during the flood
+    assert m["threads"] < 200 and m["fds"] < 400, m  # bounded: not one thread and fd per silent peer
+    assert m["cpu"] < 0.5, m  # no core burnt on the flood
