@@ -295,6 +295,14 @@ class RunOutcome:
     error: str | None
 
 
+def _steady_wall(wall: Callable[[], float], clock: Callable[[], float]) -> Callable[[], float]:
+    """Wall-clock timestamps that advance with the monotonic ``clock``: the wall clock is read once, then
+    carried forward, so a jump of the system clock (NTP, a resumed VM) during a job never makes an attempt's
+    duration negative or its goodput 0% or a year."""
+    wall0, clock0 = wall(), clock()
+    return lambda: wall0 + (clock() - clock0)
+
+
 class GangRunner:
     """Runs one job to completion over a :class:`SliceProvider`, within the request's retry budgets.
 
@@ -320,7 +328,7 @@ class GangRunner:
         self.provider = provider
         self.policy = policy or RetryPolicy()
         self.clock = clock
-        self.wall = wall
+        self.wall = _steady_wall(wall, clock)
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
         self._on_change = on_change

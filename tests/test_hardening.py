@@ -405,3 +405,40 @@ def test_a_flood_of_silent_connections_holds_up_only_itself() -> None:
     assert m["registered"] and m["joined_s"] < 5.0, m  # the real worker got in, during the flood
     assert m["threads"] < 200 and m["fds"] < 400, m  # bounded: not one thread and fd per silent peer
     assert m["cpu"] < 0.5, m  # no core burnt on the flood
+
+
+# ------------------------------------------------------------------- 6. durations from a monotonic clock
+
+from fray_core import Goodput
+from fray_core.runner import GangRunner
+from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
+
+YEAR = 365 * 86400.0
+
+
+@pytest.mark.parametrize("jump", [-YEAR, YEAR, -60.0])
+def test_a_wall_clock_jump_changes_no_duration_and_no_goodput(jump: float) -> None:
+    clock = FakeClock()
+    offset = [0.0]
+
+    def script(attempt: int, s: int, h: int) -> object:
+        if attempt == 1:
+            offset[0] = jump  # the system clock is set back (or forward) while attempt 1 starts its hosts
+        return HostScript("PREEMPTED", after=2.0) if attempt == 0 else HostScript("SUCCEEDED", after=3.0)
+
+    provider = InMemorySliceProvider({"v4-16": 2}, clock, script=script)
+    provider.preempt("v4-16-1", restore_after=4.0)
+    request = JobRequest(
+        name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16", slice_count=2),
+        max_retries_preemption=10,
+    )
+    policy = RetryPolicy(backoff_initial=5.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=1.0)
+    runner = GangRunner(
+        "job-1", request, provider, policy=policy, clock=clock, wall=lambda: clock.wall() + offset[0], sleep=clock.sleep
+    )
+    assert runner.run().status is JobStatus.SUCCEEDED
+    info = runner.info
+    assert [a.ended_at - a.started_at for a in info.attempts] == [6.0, 3.0]  # type: ignore[operator]
+    assert info.goodput == Goodput(pending_s=9.0, productive_s=3.0, lost_s=2.0,
+                                   pending_chip_s=9.0 * 16, productive_chip_s=3.0 * 16, lost_chip_s=2.0 * 16)
+    assert info.finished_at - info.submitted_at == 14.0  # type: ignore[operator]
