@@ -132,9 +132,9 @@ def _this_machine_address() -> str:
         return "127.0.0.1"
 
 
-def _remote_error(index: int, host: tuple[int, int], err: dict[str, str]) -> RemoteCallError:
+def _remote_error(index: int, host: tuple[int, int], err: dict[str, str], where: str = "") -> RemoteCallError:
     text = err.get("text", "")
-    message = f"session call {index} failed on slice {host[0]} host {host[1]}: {text}".rstrip()
+    message = f"session call {index}{where} failed on slice {host[0]} host {host[1]}: {text}".rstrip()
     user_cls = loaded_exception_class(err.get("module", ""), err.get("qualname", ""))
     return as_user_exception(RemoteCallError, user_cls, message, text, host)
 
@@ -363,8 +363,6 @@ class _Core:
             pass  # only a count: the next call writes it again
 
     def call(self, index: int, what: str, payload: bytes) -> list[Any]:
-        import cloudpickle
-
         while True:
             attempt, workers = self.ready()
             self.busy = True
@@ -373,14 +371,14 @@ class _Core:
             finally:
                 self.busy = False
             if not broken and error is None:
-                return [cloudpickle.loads(replies[k]) for k in sorted(replies)]
+                return [self._load(index, what, k, replies[k]) for k in sorted(replies)]
             info = self.settled(attempt)
             outcome = info.attempts[attempt].outcome if len(info.attempts) > attempt else None
             if outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE, AttemptOutcome.RESIZED) and not info.status.is_terminal():
                 continue  # the runner is re-acquiring: send the call again to the next attempt's workers
             if error is not None and outcome is AttemptOutcome.FAILED:
                 host, err = error
-                raise _remote_error(index, host, err)
+                raise _remote_error(index, host, err, f" ({what}) of session {self.job_id}")
             if info.status.is_terminal():
                 raise self.ended(info)
             cause = info.attempts[attempt].cause if len(info.attempts) > attempt else None
@@ -389,6 +387,24 @@ class _Core:
                 f"{cause or 'no error text'}",
                 cause or "",
             )
+
+    def _load(self, index: int, what: str, host: tuple[int, int], data: bytes) -> Any:
+        """One host's result, unpickled here; a result that cannot be (its class is not importable in this
+        process, its ``__reduce__`` fails here) is an error naming the session, the call and the host."""
+        import cloudpickle
+
+        try:
+            return cloudpickle.loads(data)
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            raise as_user_exception(
+                RemoteCallError,
+                type(e),
+                f"session call {index} ({what}) of session {self.job_id}: the result of slice {host[0]} host "
+                f"{host[1]} cannot be unpickled in this process: {text}",
+                text,
+                host,
+            ) from e
 
     def _broadcast(
         self, attempt: int, workers: list[_Worker], index: int, what: str, payload: bytes
@@ -532,7 +548,8 @@ class Session:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as e:
             raise TypeError(
-                f"session call: {fn!r} or its arguments cannot be pickled with cloudpickle: {type(e).__name__}: {e}"
+                f"session {self.job_id}: call of {fn!r}: the function or its arguments cannot be pickled with "
+                f"cloudpickle: {type(e).__name__}: {e}"
             ) from e
         with core.cond:
             index = core.calls

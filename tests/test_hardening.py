@@ -442,3 +442,50 @@ def test_a_wall_clock_jump_changes_no_duration_and_no_goodput(jump: float) -> No
     assert info.goodput == Goodput(pending_s=9.0, productive_s=3.0, lost_s=2.0,
                                    pending_chip_s=9.0 * 16, productive_chip_s=3.0 * 16, lost_chip_s=2.0 * 16)
     assert info.finished_at - info.submitted_at == 14.0  # type: ignore[operator]
+
+
+# ------------------------------------------------------------ 7. session results that do not pickle, with context
+
+
+def _rebuild_fails() -> None:
+    raise TypeError("cannot rebuild Unloadable in this process")
+
+
+class Unloadable:
+    """Pickles on the host; unpickling it (in the caller) fails."""
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_fails, ())
+
+
+def unloadable() -> Unloadable:
+    return Unloadable()
+
+
+def holds_a_lock() -> object:
+    return _threading.Lock()
+
+
+def test_a_session_result_that_cannot_be_unpickled_names_the_session_call_and_host(cluster: LocalCluster) -> None:
+    from fray_core.session import RemoteCallError
+
+    with cluster.hold(ResourceConfig(replicas=2), timeout=60) as session:
+        with pytest.raises(RemoteCallError) as e:
+            session.run(unloadable)
+        msg = str(e.value)
+        assert isinstance(e.value, TypeError)  # ``except TypeError`` still catches it
+        assert session.job_id in msg and "slice 0 host 0" in msg and "unloadable" in msg and "call 0" in msg, msg
+        assert session.run(abs, -2) == [2, 2]  # only the caller could not read it: the session goes on
+        with pytest.raises(TypeError) as bad_arg:
+            session.run(abs, _threading.Lock())
+        assert session.job_id in str(bad_arg.value) and "cannot be pickled" in str(bad_arg.value)
+
+
+def test_a_session_result_that_cannot_be_pickled_names_the_session_call_and_host(cluster: LocalCluster) -> None:
+    from fray_core.session import RemoteCallError
+
+    with cluster.hold(ResourceConfig(replicas=1), timeout=60) as session:
+        with pytest.raises(RemoteCallError) as e:
+            session.run(holds_a_lock)
+        msg = str(e.value)
+        assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg and "cannot be pickled" in msg, msg
