@@ -47,7 +47,7 @@ from typing import Any, Protocol, Union
 import attrs
 
 from fray_core.errors import Unschedulable
-from fray_core.limits import MAX_FLEET_SLICES
+from fray_core.limits import MAX_FLEET_SLICES, check_number, check_seconds
 from fray_core.scheduling import FairQueue, Quarantine, held_by, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -69,6 +69,18 @@ __all__ = [
 # ------------------------------------------------------------------------------------------ fault plan
 
 
+def _check_fault(fault: Any) -> None:
+    """Every number of a fault, checked when it is made: indexes and counts are ints >= 0, times are seconds
+    >= 0 (``restore_after`` may be None)."""
+    for a in attrs.fields(type(fault)):
+        value = getattr(fault, a.name)
+        field = f"{type(fault).__name__}.{a.name}"
+        if a.name in ("attempt", "slice_index", "host_index", "to"):
+            check_number(field, value, integer=True)
+        elif a.name in ("after", "restore_after", "duration"):
+            check_seconds(field, value, allow_none=a.name == "restore_after")
+
+
 @attrs.frozen
 class PreemptSlice:
     """Preempt slice ``slice_index`` of attempt ``attempt`` ``after`` seconds into it; it comes back after
@@ -78,6 +90,9 @@ class PreemptSlice:
     slice_index: int = 0
     after: float = 0.5
     restore_after: float | None = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
 
 
 @attrs.frozen
@@ -92,6 +107,9 @@ class FailHost:
     message: str = "injected host failure"
     crash: bool = False
 
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
+
 
 @attrs.frozen
 class DropCapacity:
@@ -104,6 +122,9 @@ class DropCapacity:
     duration: float = 1.0
     after: float = 0.0
 
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
+
 
 @attrs.frozen
 class DirtyHost:
@@ -113,6 +134,9 @@ class DirtyHost:
     attempt: int
     slice_index: int = 0
     host_index: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
 
 
 Fault = Union[PreemptSlice, FailHost, DropCapacity, DirtyHost]

@@ -96,6 +96,7 @@ from hypothesis import strategies as st
 
 from fray_core import ElasticConfig, GpuConfig, ResourceConfig, TpuConfig
 from fray_core.context import LocalJobContext
+from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
 from fray_core.runner import RetryPolicy
 
 # values no numeric field takes: non-finite, negative, bool, str, None
@@ -124,14 +125,24 @@ FIELDS = {
     "GpuConfig.count": lambda v: GpuConfig(type="A100", count=v),
     "JobRequest.max_retries_failure": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_failure=v),
     "JobRequest.max_retries_preemption": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_preemption=v),
+    "PreemptSlice.after": lambda v: PreemptSlice(attempt=0, after=v),
+    "PreemptSlice.restore_after": lambda v: PreemptSlice(attempt=0, restore_after=v),  # None: gone for good
+    "FailHost.host_index": lambda v: FailHost(attempt=0, host_index=v),
+    "DropCapacity.duration": lambda v: DropCapacity(attempt=0, tpu_type="v4-16", to=0, duration=v),
+    "DirtyHost.attempt": lambda v: DirtyHost(attempt=v),
+    "quarantine_window": lambda v: Fleet(quarantine_window=v),
+    "quarantine_for": lambda v: Fleet(quarantine_for=v),
 }
-UNBOUNDED_ABOVE = {"ResourceConfig.cpu", "JobRequest.max_retries_failure", "JobRequest.max_retries_preemption"}
+UNBOUNDED_ABOVE = {
+    "ResourceConfig.cpu", "JobRequest.max_retries_failure", "JobRequest.max_retries_preemption", "FailHost.host_index",
+    "DirtyHost.attempt",
+}
 
 
 @settings(max_examples=300, deadline=None)
 @given(field=st.sampled_from(sorted(FIELDS)), value=BAD_NUMBERS)
 def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value: object) -> None:
-    if value == 1e300 and field in UNBOUNDED_ABOVE:
+    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field == "PreemptSlice.restore_after"):
         return
     with pytest.raises((ValueError, TypeError)) as e:
         FIELDS[field](value)
