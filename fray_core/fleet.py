@@ -173,8 +173,11 @@ class FaultPlan:
         >>> FaultPlan.chaos(seed=1, rate=0.5) == FaultPlan.chaos(seed=1, rate=0.5)
         True
         """
-        if not 0.0 <= rate <= 1.0:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
             raise ValueError(f"FaultPlan.chaos: rate must be in [0, 1], got {rate!r}")
+        check_number("FaultPlan.chaos: attempts", attempts, integer=True, maximum=100_000)
+        check_number("FaultPlan.chaos: max_slices", max_slices, integer=True, maximum=MAX_FLEET_SLICES)
+        check_seconds("FaultPlan.chaos: horizon", horizon, allow_none=False)
         rng = random.Random(seed)
         faults: list[Fault] = []
         for a in range(attempts):
