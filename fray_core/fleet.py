@@ -511,7 +511,8 @@ class Fleet:
             raise ValueError("Fleet.try_acquire: counts is empty; give at least one slice count")
         if self.on_demand and len(self._free.get(spec.name, ())) < wanted[0]:
             # up to the fleet's limit: beyond it, the job waits for slices as on any fleet
-            room = MAX_FLEET_SLICES - sum(self._counts[spec.name].values()) if spec.name in self._counts else MAX_FLEET_SLICES
+            have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
+            room = MAX_FLEET_SLICES - have
             if room > 0:
                 self.add_slices(spec.name, min(room, wanted[0] - len(self._free.get(spec.name, ()))))
         existing = self.count(spec.name)

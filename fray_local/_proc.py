@@ -384,7 +384,8 @@ class HostProcess:
             if not self._drained.is_set():
                 self.log.write(
                     self.tag,
-                    f"[fray] the host ended; output still held by another process after {DRAIN_GRACE:.0f} s is not logged",
+                    f"[fray] the host ended; output still held by another process after {DRAIN_GRACE:.0f} s "
+                    "is not logged",
                 )
             break
         self._finish()

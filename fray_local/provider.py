@@ -179,7 +179,9 @@ class LocalSliceProvider:
             return HostOutcome(run, kind, error=payload[2])
         tail = "\n".join(host.tail)
         return HostOutcome(
-            run, HostOutcomeKind.FAILED, error=f"HostCrashed: host process on {where} {describe_exit(rc)}; last output:\n{tail}"
+            run,
+            HostOutcomeKind.FAILED,
+            error=f"HostCrashed: host process on {where} {describe_exit(rc)}; last output:\n{tail}",
         )
 
     # -------------------------------------------------------------------------------------- cancel

@@ -3,17 +3,28 @@ validated numbers, sane size limits, monotonic durations, unpicklable session re
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fray_core import Entrypoint, JobRequest, JobStatus
-from fray_local import LocalCluster
+from fray_core import ElasticConfig, Entrypoint, Goodput, GpuConfig, JobRequest, JobStatus, ResourceConfig, TpuConfig
+from fray_core.context import LocalJobContext
+from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
+from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS
+from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
+from fray_local import LocalCluster, TpuFleet
+from fray_local._proc import HostProcess, LineSplitter, LogSink
 from fray_local.testing import TEST_POLICY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +55,8 @@ def kill_myself(sig: int) -> None:
 @linux_only
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
 def test_a_host_killed_by_a_signal_is_reported_by_its_name(cluster: LocalCluster, sig: int) -> None:
-    job_id = cluster.launch(JobRequest(name="oom", entrypoint=Entrypoint(callable=kill_myself, function_args={"sig": sig})))
+    entry = Entrypoint(callable=kill_myself, function_args={"sig": sig})
+    job_id = cluster.launch(JobRequest(name="oom", entrypoint=entry))
     info = cluster.wait(job_id, timeout=60)
     cause = info.attempts[0].cause or ""
     name = signal.Signals(sig).name
@@ -81,7 +93,8 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
     assert "PREEMPTED" in demo.stdout  # the simulated preemption did happen
     assert "Traceback" not in demo.stdout + demo.stderr, demo.stdout + demo.stderr
     sim = subprocess.run(
-        [sys.executable, "-m", "fray_core.cli", "sim", "--preemptions", "1", "--seed", "3", "--steps", "4", "--step-time", "0.2"],
+        [sys.executable, "-m", "fray_core.cli", "sim", "--preemptions", "1", "--seed", "3", "--steps", "4",
+         "--step-time", "0.2"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )
     assert sim.returncode == 0, sim.stdout + sim.stderr
@@ -91,13 +104,6 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
 
 # ------------------------------------------------------------- 2. every public number, checked at construction
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from fray_core import ElasticConfig, GpuConfig, ResourceConfig, TpuConfig
-from fray_core.context import LocalJobContext
-from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
-from fray_core.runner import RetryPolicy
 
 # values no numeric field takes: non-finite, negative, bool, str, None
 BAD_NUMBERS = st.one_of(
@@ -199,11 +205,6 @@ def test_good_timeouts_still_work(cluster: LocalCluster) -> None:
 
 # ----------------------------------------------------------------------- 3. sizes and names, bounded
 
-import time as _time
-
-from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS
-from fray_local import TpuFleet
-
 
 @pytest.mark.parametrize(
     "make, message",
@@ -217,10 +218,10 @@ from fray_local import TpuFleet
     ],
 )
 def test_sizes_and_names_above_the_limits_fail_at_once(make: object, message: str) -> None:
-    start = _time.monotonic()
+    start = time.monotonic()
     with pytest.raises(ValueError, match=message) as e:
         make()  # type: ignore[operator]
-    assert _time.monotonic() - start < 2.0  # not after building 10**7 of anything
+    assert time.monotonic() - start < 2.0  # not after building 10**7 of anything
     assert "\n" not in str(e.value)
 
 
@@ -240,18 +241,16 @@ def test_sizes_at_the_limits_are_accepted() -> None:
 
 def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
     env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"), FRAY_CLUSTER_SPEC="local?tpu=v4-16:99999999")
-    start = _time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "fray_core.cli", "list"], env=env, capture_output=True, text=True, timeout=60)
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and "at most 10,000 slices of a type" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert _time.monotonic() - start < 20
+    assert time.monotonic() - start < 20
 
 
 # ------------------------------------------------------------------ 4. output in bounded memory, last line kept
-
-import threading as _threading
-
-from fray_local._proc import HostProcess, LineSplitter, LogSink
 
 
 def _shown(line: str) -> str:
@@ -296,7 +295,8 @@ from fray_local.testing import TEST_POLICY
 
 mb = int(sys.argv[2])
 # tqdm-like: 100-byte states separated by '\r', never a newline, then a last line without '\n'
-prog = f"import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; [w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line')"
+prog = ("import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; "
+        f"[w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line')")
 cluster = LocalCluster(jobs_dir=sys.argv[1], retry_policy=TEST_POLICY)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 job = cluster.launch(JobRequest(name="tqdm", entrypoint=Entrypoint.from_binary(sys.executable, ["-c", prog])))
@@ -327,17 +327,18 @@ class _SlowSink(LogSink):
     """A log that takes 5 ms a line, as a loaded machine might: the pump falls behind the host."""
 
     def write(self, tag: str, line: str) -> None:
-        _time.sleep(0.005)
+        time.sleep(0.005)
         super().write(tag, line)
 
 
 @linux_only
 def test_a_pump_behind_its_host_loses_no_line(tmp_path: Path) -> None:
     sink = _SlowSink(str(tmp_path / "log"))
-    ended = _threading.Event()
+    ended = threading.Event()
     host = HostProcess("h0", sink, ended.set)
     n = 700  # 3.5 s of writing: longer than DRAIN_GRACE after the host has exited
-    host.start([sys.executable, "-c", f"print('\\n'.join(f'line {{i}}' for i in range({n})), end='')"], dict(os.environ), str(tmp_path))
+    code = f"print('\\n'.join(f'line {{i}}' for i in range({n})), end='')"
+    host.start([sys.executable, "-c", code], dict(os.environ), str(tmp_path))
     assert ended.wait(60)
     sink.close()
     log = (tmp_path / "log").read_text().splitlines()
@@ -405,8 +406,6 @@ time.sleep(60)
 
 @linux_only
 def test_a_flood_of_silent_connections_holds_up_only_itself() -> None:
-    import json
-
     r = subprocess.run(
         [sys.executable, "-c", FLOOD_OWNER, FLOODER], env=_env(), capture_output=True, text=True, timeout=120
     )
@@ -420,9 +419,6 @@ def test_a_flood_of_silent_connections_holds_up_only_itself() -> None:
 
 # ------------------------------------------------------------------- 6. durations from a monotonic clock
 
-from fray_core import Goodput
-from fray_core.runner import GangRunner
-from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
 
 YEAR = 365 * 86400.0
 
@@ -474,7 +470,7 @@ def unloadable() -> Unloadable:
 
 
 def holds_a_lock() -> object:
-    return _threading.Lock()
+    return threading.Lock()
 
 
 def test_a_session_result_that_cannot_be_unpickled_names_the_session_call_and_host(cluster: LocalCluster) -> None:
@@ -488,7 +484,7 @@ def test_a_session_result_that_cannot_be_unpickled_names_the_session_call_and_ho
         assert session.job_id in msg and "slice 0 host 0" in msg and "unloadable" in msg and "call 0" in msg, msg
         assert session.run(abs, -2) == [2, 2]  # only the caller could not read it: the session goes on
         with pytest.raises(TypeError) as bad_arg:
-            session.run(abs, _threading.Lock())
+            session.run(abs, threading.Lock())
         assert session.job_id in str(bad_arg.value) and "cannot be pickled" in str(bad_arg.value)
 
 
@@ -499,4 +495,5 @@ def test_a_session_result_that_cannot_be_pickled_names_the_session_call_and_host
         with pytest.raises(RemoteCallError) as e:
             session.run(holds_a_lock)
         msg = str(e.value)
-        assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg and "cannot be pickled" in msg, msg
+        assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg, msg
+        assert "cannot be pickled" in msg, msg
