@@ -255,6 +255,9 @@ def test_cpu_replicas_and_binaries(harness: Harness, tmp_path: Path) -> None:
     info = harness.cluster.wait(harness.cluster.launch(bad), timeout=120)
     assert info.status == JobStatus.FAILED and "exit code 4" in info.attempts[0].cause
     assert "to-stderr" in info.attempts[0].cause
+    killed = JobRequest(name="killed", entrypoint=Entrypoint.from_binary("sh", ["-c", "kill -9 $$"]))
+    info = harness.cluster.wait(harness.cluster.launch(killed), timeout=120)
+    assert info.status == JobStatus.FAILED and "killed by SIGKILL" in info.attempts[0].cause  # the signal, by name
 
 
 def test_env_vars_reach_every_host(harness: Harness, tmp_path: Path) -> None:
