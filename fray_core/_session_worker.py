@@ -18,6 +18,8 @@ import sys
 import traceback
 from typing import Any
 
+from fray_core._exits import describe_exit
+
 #: a reply: ("ok", pickled result) or ("err", {"module", "qualname", "text"})
 Reply = tuple[str, Any]
 
@@ -74,7 +76,7 @@ def run_call_in_child(payload: bytes) -> tuple[Reply, BaseException | None]:
         if reply[0] == "ok":
             return reply, None
         return reply, CallFailed(reply[1]["text"])
-    err = CallFailed(f"the call's process exited with code {rc} without a result")
+    err = CallFailed(f"the call's process {describe_exit(rc)} without a result")
     return ("err", _error(err)), err
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from fray_core.errors import FrayError, JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
+from fray_core.limits import check_seconds
 from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
 
 if TYPE_CHECKING:
@@ -207,6 +208,7 @@ class Cluster(abc.ABC):
 
         >>> info = cluster.wait(job_id, timeout=600, raise_on_failure=True)  # doctest: +SKIP
         """
+        timeout = check_seconds("wait: timeout", timeout)
         single = isinstance(job_ids, str)
         ids = [str(job_ids)] if single else [str(j) for j in job_ids]  # type: ignore[union-attr]
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -248,6 +250,7 @@ class Cluster(abc.ABC):
 
         >>> info = cluster.monitor(job_id)  # doctest: +SKIP
         """
+        timeout = check_seconds("monitor: timeout", timeout)
         if view is None and out is None and getattr(self, "log_to", "stdout") == "logging":
             device = self.poll(job_id).request_summary.get("device") or {}
             view = LoggingMonitorView(hosts_per_slice=int(device.get("hosts") or 1))

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fray_core.errors import WaitTimeoutError
+from fray_core.limits import check_number, check_seconds
 
 __all__ = [
     "CONTEXT_TYPES",
@@ -155,6 +156,7 @@ class LocalJobContext(JobContext):
         return value.result() if isinstance(value, cf.Future) else value
 
     def get(self, futures: Any, timeout: float | None = None) -> Any:
+        timeout = check_seconds("get: timeout", timeout)
         if isinstance(futures, (list, tuple)):
             deadline = None if timeout is None else time.monotonic() + timeout
             out = []
@@ -173,6 +175,8 @@ class LocalJobContext(JobContext):
         self, futures: Sequence[Any], num_returns: int = 1, timeout: float | None = None
     ) -> tuple[list[Any], list[Any]]:
         futures = list(futures)
+        timeout = check_seconds("wait: timeout", timeout)
+        check_number("wait: num_returns", num_returns, integer=True)
         if not 0 <= num_returns <= len(futures):
             raise ValueError(f"wait: num_returns must be between 0 and {len(futures)}, got {num_returns}")
         deadline = None if timeout is None else time.monotonic() + timeout

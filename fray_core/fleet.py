@@ -47,6 +47,7 @@ from typing import Any, Protocol, Union
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.limits import MAX_FLEET_SLICES, check_number, check_seconds
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -68,6 +69,18 @@ __all__ = [
 # ------------------------------------------------------------------------------------------ fault plan
 
 
+def _check_fault(fault: Any) -> None:
+    """Every number of a fault, checked when it is made: indexes and counts are ints >= 0, times are seconds
+    >= 0 (``restore_after`` may be None)."""
+    for a in attrs.fields(type(fault)):
+        value = getattr(fault, a.name)
+        field = f"{type(fault).__name__}.{a.name}"
+        if a.name in ("attempt", "slice_index", "host_index", "to"):
+            check_number(field, value, integer=True)
+        elif a.name in ("after", "restore_after", "duration"):
+            check_seconds(field, value, allow_none=a.name == "restore_after")
+
+
 @attrs.frozen
 class PreemptSlice:
     """Preempt slice ``slice_index`` of attempt ``attempt`` ``after`` seconds into it; it comes back after
@@ -77,6 +90,9 @@ class PreemptSlice:
     slice_index: int = 0
     after: float = 0.5
     restore_after: float | None = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
 
 
 @attrs.frozen
@@ -91,6 +107,9 @@ class FailHost:
     message: str = "injected host failure"
     crash: bool = False
 
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
+
 
 @attrs.frozen
 class DropCapacity:
@@ -103,6 +122,9 @@ class DropCapacity:
     duration: float = 1.0
     after: float = 0.0
 
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
+
 
 @attrs.frozen
 class DirtyHost:
@@ -112,6 +134,9 @@ class DirtyHost:
     attempt: int
     slice_index: int = 0
     host_index: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        _check_fault(self)
 
 
 Fault = Union[PreemptSlice, FailHost, DropCapacity, DirtyHost]
@@ -148,8 +173,11 @@ class FaultPlan:
         >>> FaultPlan.chaos(seed=1, rate=0.5) == FaultPlan.chaos(seed=1, rate=0.5)
         True
         """
-        if not 0.0 <= rate <= 1.0:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
             raise ValueError(f"FaultPlan.chaos: rate must be in [0, 1], got {rate!r}")
+        check_number("FaultPlan.chaos: attempts", attempts, integer=True, maximum=100_000)
+        check_number("FaultPlan.chaos: max_slices", max_slices, integer=True, maximum=MAX_FLEET_SLICES)
+        check_seconds("FaultPlan.chaos: horizon", horizon, allow_none=False)
         rng = random.Random(seed)
         faults: list[Fault] = []
         for a in range(attempts):
@@ -320,6 +348,7 @@ class Fleet:
             clock = FakeClock()
         self.clock = clock
         self.on_demand = on_demand
+        self._fleet_name = name
         self.fault_plan = fault_plan or FaultPlan()
         self.on_dirt = on_dirt
         self._slices: dict[str, Slice] = {}
@@ -372,8 +401,15 @@ class Fleet:
     # ------------------------------------------------------------------------------------- inventory
 
     def add_slices(self, tpu_type: str, n: int = 1) -> list[Slice]:
-        """Add ``n`` free slices of ``tpu_type`` (named after the ones the type has)."""
+        """Add ``n`` free slices of ``tpu_type`` (named after the ones the type has); at most
+        :data:`~fray_core.limits.MAX_FLEET_SLICES` of a type in all."""
         spec = get_tpu_spec(tpu_type)
+        have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
+        if have + n > MAX_FLEET_SLICES:
+            raise ValueError(
+                f"{self._fleet_name}: at most {MAX_FLEET_SLICES:,} slices of {spec.name} allowed in a fleet, "
+                f"asked for {have + n:,}"
+            )
         counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
         free = self._free.setdefault(spec.name, {})
         by_index = self._by_type.setdefault(spec.name, [])
@@ -474,7 +510,11 @@ class Fleet:
         if not wanted:
             raise ValueError("Fleet.try_acquire: counts is empty; give at least one slice count")
         if self.on_demand and len(self._free.get(spec.name, ())) < wanted[0]:
-            self.add_slices(spec.name, wanted[0] - len(self._free.get(spec.name, ())))
+            # up to the fleet's limit: beyond it, the job waits for slices as on any fleet
+            have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
+            room = MAX_FLEET_SLICES - have
+            if room > 0:
+                self.add_slices(spec.name, min(room, wanted[0] - len(self._free.get(spec.name, ()))))
         existing = self.count(spec.name)
         queue = self._queues.get(spec.name)
         if existing < wanted[-1]:

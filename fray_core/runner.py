@@ -38,6 +38,7 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
+from fray_core.limits import MAX_SECONDS, MIN_POLL_INTERVAL, check_number
 from fray_core.types import (
     Attempt,
     AttemptOutcome,
@@ -71,6 +72,18 @@ __all__ = [
 MEGASCALE_DEFAULT_PORT = 8081
 
 
+# RetryPolicy's fields: (name, minimum, minimum excluded)
+_POLICY_BOUNDS = (
+    ("backoff_initial", 0.0, False),
+    ("backoff_max", 0.0, False),
+    ("backoff_multiplier", 1.0, False),
+    ("schedule_timeout", 0.0, False),
+    ("poll_interval", MIN_POLL_INTERVAL, False),
+    ("cancel_grace", 0.0, False),
+    ("host_start_timeout", 0.0, True),
+)
+
+
 @attrs.define
 class RetryPolicy:
     """Timing of the runner. Budgets come from the JobRequest; these are how long to wait and back off."""
@@ -84,6 +97,15 @@ class RetryPolicy:
     # per attempt, for providers that report host start: every host must have started within this many
     # seconds after start() returned, else the slice is taken as lost (PREEMPTED)
     host_start_timeout: float = 300.0
+
+    def __attrs_post_init__(self) -> None:
+        # Checked once here, not on assignment: a NaN or zero poll_interval would spin a core, a NaN
+        # timeout never expire.
+        for field, minimum, exclusive in _POLICY_BOUNDS:
+            check_number(
+                f"RetryPolicy.{field}", getattr(self, field), minimum=minimum, exclusive=exclusive,
+                maximum=MAX_SECONDS, unit="seconds" if field != "backoff_multiplier" else "",
+            )
 
     def backoff(self, consecutive: int) -> float:
         if consecutive <= 0 or self.backoff_initial <= 0:
@@ -192,6 +214,14 @@ class RunOutcome:
     error: str | None
 
 
+def _steady_wall(wall: Callable[[], float], clock: Callable[[], float]) -> Callable[[], float]:
+    """Wall-clock timestamps that advance with the monotonic ``clock``: the wall clock is read once, then
+    carried forward, so a jump of the system clock (NTP, a resumed VM) during a job never makes an attempt's
+    duration negative or its goodput 0% or a year."""
+    wall0, clock0 = wall(), clock()
+    return lambda: wall0 + (clock() - clock0)
+
+
 class GangRunner:
     """Runs one job to completion over a :class:`SliceProvider`, within the request's retry budgets.
 
@@ -217,7 +247,7 @@ class GangRunner:
         self.provider = provider
         self.policy = policy or RetryPolicy()
         self.clock = clock
-        self.wall = wall
+        self.wall = _steady_wall(wall, clock)
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
         self._on_change = on_change

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Sequence
 
+from fray_core.limits import MAX_SECONDS
+
 __all__ = ["FairQueue", "Quarantine", "held_by", "ordinal", "pending_reason", "span"]
 
 
@@ -211,7 +213,10 @@ class Quarantine:
         if isinstance(after, bool) or not isinstance(after, int) or after < 1:
             raise ValueError(f"{name}: quarantine_after must be an int >= 1, got {after!r}")
         for field, value in (("quarantine_window", window), ("quarantine_for", duration)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or not 0 <= value <= MAX_SECONDS
+            ):
                 raise ValueError(f"{name}: {field} must be seconds >= 0, got {value!r}")
         self.after = after
         self.window = float(window)

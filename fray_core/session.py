@@ -56,6 +56,7 @@ import attrs
 
 from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
+from fray_core.limits import check_name, check_seconds
 from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
 
 if TYPE_CHECKING:
@@ -69,8 +70,12 @@ CONNECT_TIMEOUT = 300.0
 SETTLE_TIMEOUT = 120.0
 #: how long ``close()`` waits for idle workers to exit before terminating the job
 CLOSE_TIMEOUT = 30.0
-#: how long a connecting peer has to complete the authentication and say who it is
-HANDSHAKE_TIMEOUT = 30.0
+#: how long a connecting peer has to complete the authentication and say who it is (a worker takes milliseconds)
+HANDSHAKE_TIMEOUT = 5.0
+#: connections at most in the handshake at once; when all are taken, the oldest one that has had
+#: HANDSHAKE_EVICT_AFTER seconds is closed for the newcomer (a flood of silent peers evicts itself)
+MAX_HANDSHAKES = 128
+HANDSHAKE_EVICT_AFTER = 1.0
 _TICK = 0.05  # granularity of the waits on state owned by the job's supervisor (poll)
 
 
@@ -127,9 +132,9 @@ def _this_machine_address() -> str:
         return "127.0.0.1"
 
 
-def _remote_error(index: int, host: tuple[int, int], err: dict[str, str]) -> RemoteCallError:
+def _remote_error(index: int, host: tuple[int, int], err: dict[str, str], where: str = "") -> RemoteCallError:
     text = err.get("text", "")
-    message = f"session call {index} failed on slice {host[0]} host {host[1]}: {text}".rstrip()
+    message = f"session call {index}{where} failed on slice {host[0]} host {host[1]}: {text}".rstrip()
     user_cls = loaded_exception_class(err.get("module", ""), err.get("qualname", ""))
     return as_user_exception(RemoteCallError, user_cls, message, text, host)
 
@@ -197,6 +202,9 @@ class _Core:
         self._stopping = False
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fray-session-call")
         self.made = 0  # calls sent to the hosts so far (the record's ``calls``)
+        # the sockets in the handshake, oldest first, with when they were accepted
+        self._pending: dict[socket.socket, float] = {}
+        self._pending_lock = threading.Condition()
         self._acceptor = threading.Thread(target=self._accept, daemon=True, name="fray-session-accept")
         self._acceptor.start()
 
@@ -204,23 +212,59 @@ class _Core:
 
     def _accept(self) -> None:
         while not self._stopping:
+            self._make_room()
             try:
                 sock, _ = self.sock.accept()
             except OSError:
                 if self._stopping:
                     return
+                time.sleep(0.05)  # out of fds (EMFILE) and the like: retry, without spinning a core
                 continue
             if self._stopping:
                 sock.close()
                 return
-            # The handshake runs in its own thread, with a receive deadline, so a peer that connects and says
-            # nothing (anyone can, over TCP) holds up only itself, never the workers that connect after it.
-            threading.Thread(target=self._handshake, args=(sock,), daemon=True, name="fray-session-hello").start()
+            with self._pending_lock:
+                self._pending[sock] = time.monotonic()
+            # The handshake runs in its own thread, with a short receive deadline, and at most MAX_HANDSHAKES
+            # at once: a peer that connects and says nothing (anyone can, over TCP) holds up only itself, and
+            # a flood of them neither exhausts this process's threads and fds nor keeps workers out for long.
+            try:
+                threading.Thread(target=self._handshake, args=(sock,), daemon=True, name="fray-session-hello").start()
+            except RuntimeError:  # no thread to be had: this peer has to connect again
+                self._unpend(sock)
+                sock.close()
+
+    def _make_room(self) -> None:
+        """Wait until fewer than MAX_HANDSHAKES connections are in the handshake, evicting the oldest once it
+        has had HANDSHAKE_EVICT_AFTER seconds (a real worker is done long before)."""
+        with self._pending_lock:
+            while len(self._pending) >= MAX_HANDSHAKES and not self._stopping:
+                oldest, since = next(iter(self._pending.items()))
+                left = since + HANDSHAKE_EVICT_AFTER - time.monotonic()
+                if left <= 0:
+                    del self._pending[oldest]
+                    try:  # its handshake thread then fails at once and closes it
+                        oldest.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                else:
+                    self._pending_lock.wait(left)
+
+    def _unpend(self, sock: socket.socket) -> None:
+        with self._pending_lock:
+            self._pending.pop(sock, None)
+            self._pending_lock.notify_all()
 
     def _handshake(self, sock: socket.socket) -> None:
-        _recv_timeout(sock, HANDSHAKE_TIMEOUT)
-        sock.setblocking(True)
-        conn = Connection(sock.detach())
+        try:
+            _recv_timeout(sock, HANDSHAKE_TIMEOUT)
+            sock.setblocking(True)
+            # a copy of the fd for the Connection: ``sock`` stays open (an evictor may shut it down) until the end
+            conn = Connection(os.dup(sock.fileno()))
+        except OSError:
+            self._unpend(sock)
+            sock.close()
+            return
         try:
             # mutual HMAC challenge with the session's key, before anything from the peer is unpickled
             deliver_challenge(conn, self.authkey)
@@ -228,11 +272,17 @@ class _Core:
             kind, hello = conn.recv()
             assert kind == "hello"
             w = _Worker(conn, hello["attempt"], hello["slice"], hello["host"], hello["replicas"], hello["pid"])
-            with socket.socket(fileno=os.dup(conn.fileno())) as dup:
-                _recv_timeout(dup, 0)  # an idle worker waits for its next call as long as the session lives
+            _recv_timeout(sock, 0)  # an idle worker waits for its next call as long as the session lives
+            with self._pending_lock:  # out of the evictor's reach from now on (unless it was evicted already)
+                if self._pending.pop(sock, None) is None:
+                    raise ConnectionResetError("evicted")
+                self._pending_lock.notify_all()
         except Exception:
             conn.close()
             return
+        finally:
+            self._unpend(sock)
+            sock.close()  # the Connection keeps its own fd
         with self.cond:
             if self._stopping:
                 conn.close()
@@ -313,8 +363,6 @@ class _Core:
             pass  # only a count: the next call writes it again
 
     def call(self, index: int, what: str, payload: bytes) -> list[Any]:
-        import cloudpickle
-
         while True:
             attempt, workers = self.ready()
             self.busy = True
@@ -323,14 +371,14 @@ class _Core:
             finally:
                 self.busy = False
             if not broken and error is None:
-                return [cloudpickle.loads(replies[k]) for k in sorted(replies)]
+                return [self._load(index, what, k, replies[k]) for k in sorted(replies)]
             info = self.settled(attempt)
             outcome = info.attempts[attempt].outcome if len(info.attempts) > attempt else None
             if outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE, AttemptOutcome.RESIZED) and not info.status.is_terminal():
                 continue  # the runner is re-acquiring: send the call again to the next attempt's workers
             if error is not None and outcome is AttemptOutcome.FAILED:
                 host, err = error
-                raise _remote_error(index, host, err)
+                raise _remote_error(index, host, err, f" ({what}) of session {self.job_id}")
             if info.status.is_terminal():
                 raise self.ended(info)
             cause = info.attempts[attempt].cause if len(info.attempts) > attempt else None
@@ -339,6 +387,24 @@ class _Core:
                 f"{cause or 'no error text'}",
                 cause or "",
             )
+
+    def _load(self, index: int, what: str, host: tuple[int, int], data: bytes) -> Any:
+        """One host's result, unpickled here; a result that cannot be (its class is not importable in this
+        process, its ``__reduce__`` fails here) is an error naming the session, the call and the host."""
+        import cloudpickle
+
+        try:
+            return cloudpickle.loads(data)
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            raise as_user_exception(
+                RemoteCallError,
+                type(e),
+                f"session call {index} ({what}) of session {self.job_id}: the result of slice {host[0]} host "
+                f"{host[1]} cannot be unpickled in this process: {text}",
+                text,
+                host,
+            ) from e
 
     def _broadcast(
         self, attempt: int, workers: list[_Worker], index: int, what: str, payload: bytes
@@ -390,6 +456,13 @@ class _Core:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            with self._pending_lock:  # end the handshakes under way now, not at their deadline
+                for s in self._pending:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                self._pending_lock.notify_all()
             self._acceptor.join(5)
             with self.cond:
                 for ws in self.workers.values():
@@ -475,7 +548,8 @@ class Session:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as e:
             raise TypeError(
-                f"session call: {fn!r} or its arguments cannot be pickled with cloudpickle: {type(e).__name__}: {e}"
+                f"session {self.job_id}: call of {fn!r}: the function or its arguments cannot be pickled with "
+                f"cloudpickle: {type(e).__name__}: {e}"
             ) from e
         with core.cond:
             index = core.calls
@@ -522,8 +596,9 @@ def open_session(
     :class:`~fray_core.errors.WaitTimeoutError` (after stopping the session) when ``timeout`` seconds pass first."""
     if not isinstance(fresh_process, bool):
         raise TypeError(f"hold: fresh_process: expected True or False, got {fresh_process!r}")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise ValueError(f"hold: timeout: expected seconds > 0 or None, got {timeout!r}")
+    timeout = check_seconds("hold: timeout", timeout, positive=True)
+    if name is not None:
+        check_name("hold: name", name)
     core = _Core(cluster, fresh_process, cluster.session_transport or "unix")
     try:
         worker = SessionWorker(core.address, core.family, core.authkey, fresh_process)

@@ -21,6 +21,7 @@ from typing import Any, NewType, Union
 
 import attrs
 
+from fray_core.limits import MAX_HOSTS_PER_JOB, MAX_REPLICAS, MAX_SECONDS, check_name
 from fray_core.tpu import TpuSpec, get_tpu_spec, normalize_tpu_type
 
 __all__ = [
@@ -290,11 +291,26 @@ class ResourceConfig:
                     f"ResourceConfig.replicas: a list of acceptable counts is only allowed for TPU "
                     f"slices (flexible multislice), got {list(value)} for {type(self.device).__name__}"
                 )
+            self._check_replica_limits(max(value))
             return
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"ResourceConfig.replicas: expected an int >= 1 or a list of them, got {value!r}")
         if value < 1:
             raise ValueError(f"ResourceConfig.replicas: must be >= 1, got {value!r}")
+        self._check_replica_limits(value)
+
+    def _check_replica_limits(self, largest: int) -> None:
+        # Far above any real job: a typo fails here, in one line, not as a MemoryError or an endless
+        # start-up inside the runner (fray_core.limits, docs/troubleshooting.md).
+        if largest > MAX_REPLICAS:
+            what = "slices per TPU job" if isinstance(self.device, TpuConfig) else "processes per job"
+            shown = f"{largest:,}" if largest < 10**30 else f"an int of {len(str(largest))} digits"
+            raise ValueError(f"ResourceConfig.replicas: at most {MAX_REPLICAS:,} {what} allowed, got {shown}")
+        if isinstance(self.device, TpuConfig) and largest * self.device.hosts > MAX_HOSTS_PER_JOB:
+            raise ValueError(
+                f"ResourceConfig.replicas: {largest:,} x {self.device.type} is {largest * self.device.hosts:,} "
+                f"host processes; at most {MAX_HOSTS_PER_JOB:,} per job allowed"
+            )
 
     @regions.validator
     def _check_regions(self, _a: attrs.Attribute, value: Any) -> None:
@@ -582,6 +598,7 @@ def _check_seconds(field: str, *, positive: bool) -> Callable[[Any, attrs.Attrib
             or not isinstance(value, (int, float))
             or not math.isfinite(value)
             or (value <= 0 if positive else value < 0)
+            or value > MAX_SECONDS
         ):
             raise ValueError(f"{field}: expected seconds {allowed}, got {value!r}")
 
@@ -641,8 +658,7 @@ class JobRequest:
 
     @name.validator
     def _check_name(self, _a: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"JobRequest.name: expected a non-empty str, got {value!r}")
+        check_name("JobRequest.name", value)
 
     @entrypoint.validator
     def _check_entrypoint(self, _a: attrs.Attribute, value: Any) -> None:

@@ -29,6 +29,7 @@ from fray_local import _proc
 # A graceful stop (SIGTERM) waits this long for the worker before killing everything.
 SOFT_STOP_GRACE = 10.0
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+_UNCATCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 
 
 class TpuDeviceError(RuntimeError):
@@ -130,7 +131,8 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in _UNCATCHABLE:  # SIGKILL/SIGSTOP cannot be reset (EINVAL) and need no reset: always fatal
+            signal.signal(sig, signal.SIG_DFL)
         sys.stdout.flush()
         sys.stderr.flush()
         os.kill(os.getpid(), sig)  # end as the worker did, so the supervisor sees the same signal

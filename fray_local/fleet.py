@@ -31,6 +31,7 @@ from typing import Any
 # the fault vocabulary is the model's; importable from here (and from fray_local) as before
 from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice  # noqa: F401
 from fray_core._scratch import scratch_dir
+from fray_core.limits import MAX_FLEET_SLICES
 from fray_core.fleet import Fleet, FleetLease, HostFate, HostHealth, Slice
 from fray_core.runner import SliceLease
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
@@ -85,6 +86,8 @@ def parse_fleet(text: str) -> dict[str, int]:
             raise ValueError(f"fleet spec {text!r}: count of {name!r} must be an int, got {count!r}") from None
         if n < 1:
             raise ValueError(f"fleet spec {text!r}: count of {name!r} must be >= 1, got {n}")
+        if n > MAX_FLEET_SLICES:  # checked before any slice is made: 10**8 of them would take minutes
+            raise ValueError(f"fleet spec {text!r}: at most {MAX_FLEET_SLICES:,} slices of a type allowed, got {n:,}")
         out[normalize_tpu_type(name)] = out.get(normalize_tpu_type(name), 0) + n
     return out
 

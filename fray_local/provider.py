@@ -13,6 +13,7 @@ from typing import Any
 
 import cloudpickle
 
+from fray_core._exits import describe_exit, exit_code_text
 from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 from fray_local._proc import HostProcess, LogSink
@@ -188,15 +189,16 @@ class LocalSliceProvider(SliceProvider):
             return HostOutcome(
                 run,
                 HostOutcomeKind.FAILED,
-                error=f"CommandFailed: exit code {payload[1]} on {where}; last output:\n{tail}",
+                error=f"CommandFailed: {exit_code_text(payload[1])} on {where}; last output:\n{tail}",
             )
         if payload is not None and payload[0] == "error":
             kind = HostOutcomeKind.PREEMPTED if payload[1] == "infra" else HostOutcomeKind.FAILED
             return HostOutcome(run, kind, error=payload[2])
-        sig = f" (signal {-rc})" if rc is not None and rc < 0 else ""
         tail = "\n".join(host.tail)
         return HostOutcome(
-            run, HostOutcomeKind.FAILED, error=f"HostCrashed: host process on {where} exited with code {rc}{sig}; last output:\n{tail}"
+            run,
+            HostOutcomeKind.FAILED,
+            error=f"HostCrashed: host process on {where} {describe_exit(rc)}; last output:\n{tail}",
         )
 
     # -------------------------------------------------------------------------------------- cancel

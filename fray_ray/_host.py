@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 import cloudpickle
 
+from fray_core._exits import exit_code_text
 from fray_core._procfs import start_ticks
 from fray_core.hostrun import EntrypointExit, call_entrypoint
 
@@ -366,7 +367,7 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
     if rc != 0:
         time.sleep(0.05)  # let the reader take the last lines into the tail
         tail = "\n".join(pump.tail)
-        raise CommandFailedError(f"exit code {rc} on {where}; last output:\n{tail}", exit_code=rc)
+        raise CommandFailedError(f"{exit_code_text(rc)} on {where}; last output:\n{tail}", exit_code=rc)
 
 
 def host_payload(entrypoint: Any) -> tuple[Any, ...]:

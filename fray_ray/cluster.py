@@ -112,7 +112,7 @@ class RayCluster(RecordCluster):
     ) -> None:
         Quarantine(quarantine_after, quarantine_window, quarantine_for, name="RayCluster")  # validates them
         self.quarantine = (quarantine_after, float(quarantine_window), float(quarantine_for))
-        if isinstance(queue_ttl, bool) or not isinstance(queue_ttl, (int, float)) or not queue_ttl > 0:
+        if isinstance(queue_ttl, bool) or not isinstance(queue_ttl, (int, float)) or not 0 < queue_ttl < float("inf"):
             raise ValueError(f"RayCluster: queue_ttl must be seconds > 0, got {queue_ttl!r}")
         self.queue_ttl = float(queue_ttl)
         if non_preemptible_tpu_label is not None:

@@ -21,6 +21,7 @@ import ray
 
 from fray_core.context import JobContext, apply_default_jax_platforms
 from fray_core.errors import WaitTimeoutError
+from fray_core.limits import check_number, check_seconds
 
 __all__ = ["RayJobContext"]
 
@@ -105,6 +106,7 @@ class RayJobContext(JobContext):
         return self._remote(fn).remote(*args, **kwargs)
 
     def get(self, futures: Any, timeout: float | None = None) -> Any:
+        timeout = check_seconds("get: timeout", timeout)
         is_ref = isinstance(futures, ray.ObjectRef) or (
             isinstance(futures, (list, tuple)) and all(isinstance(f, ray.ObjectRef) for f in futures)
         )
@@ -121,6 +123,8 @@ class RayJobContext(JobContext):
         self, futures: Sequence[Any], num_returns: int = 1, timeout: float | None = None
     ) -> tuple[list[Any], list[Any]]:
         futures = list(futures)
+        timeout = check_seconds("wait: timeout", timeout)
+        check_number("wait: num_returns", num_returns, integer=True)
         if not 0 <= num_returns <= len(futures):
             raise ValueError(f"wait: num_returns must be between 0 and {len(futures)}, got {num_returns}")
         if not futures or num_returns == 0:

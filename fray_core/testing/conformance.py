@@ -611,6 +611,9 @@ class ClusterConformance:
         info = backend.cluster.wait(backend.cluster.launch(bad), timeout=self.TIMEOUT)
         assert info.status == JobStatus.FAILED and "exit code 4" in info.attempts[0].cause
         assert "to-stderr" in info.attempts[0].cause
+        killed = JobRequest(name="killed", entrypoint=Entrypoint.from_binary("sh", ["-c", "kill -9 $$"]))
+        info = backend.cluster.wait(backend.cluster.launch(killed), timeout=self.TIMEOUT)
+        assert info.status == JobStatus.FAILED and "killed by SIGKILL" in info.attempts[0].cause  # named, not a number
 
     def test_env_vars_reach_every_host(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         req = JobRequest(

@@ -1,0 +1,115 @@
+"""Fray's limits on sizes and names, and the checks every public number goes through.
+
+The limits are far above what a real job asks for (the largest multislice runs are a few hundred slices);
+they exist so that a typo (``replicas=10**18``, a fleet spec ``v4-16:99999999``, a 20-million-character
+name) fails at once, in the caller, with one line that names the field, the value and the limit, instead
+of exhausting memory or hanging somewhere inside. ``docs/troubleshooting.md`` lists them.
+
+>>> MAX_REPLICAS, MAX_HOSTS_PER_JOB, MAX_FLEET_SLICES, MAX_NAME_LENGTH
+(10000, 100000, 10000, 1024)
+>>> check_seconds("wait: timeout", 5)
+5.0
+>>> check_seconds("wait: timeout", float("nan"))
+Traceback (most recent call last):
+...
+ValueError: wait: timeout: expected a finite number of seconds >= 0 (at most 1e+09) or None, got nan
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "MAX_FLEET_SLICES",
+    "MAX_HOSTS_PER_JOB",
+    "MAX_NAME_LENGTH",
+    "MAX_REPLICAS",
+    "MAX_SECONDS",
+    "MIN_POLL_INTERVAL",
+    "check_name",
+    "check_number",
+    "check_seconds",
+]
+
+#: slices of one TPU job (``ResourceConfig.replicas``), or processes of one CPU/GPU job
+MAX_REPLICAS = 10_000
+#: host processes of one job: slices times hosts per slice (1,000 x v4-128 is 16,000)
+MAX_HOSTS_PER_JOB = 100_000
+#: slices of one TPU type in a simulated fleet (``TpuFleet``, ``local?tpu=v4-16:N``)
+MAX_FLEET_SLICES = 10_000
+#: characters of a job or session name (``JobRequest.name``, ``hold(name=...)``)
+MAX_NAME_LENGTH = 1024
+#: any duration or timeout, in seconds (~31 years): above it, a typo; it also keeps deadlines representable
+MAX_SECONDS = 1e9
+#: the shortest ``RetryPolicy.poll_interval``: shorter only spins a core
+MIN_POLL_INTERVAL = 0.01
+
+
+def check_number(
+    field: str,
+    value: Any,
+    *,
+    minimum: float = 0.0,
+    exclusive: bool = False,
+    maximum: float | None = None,
+    integer: bool = False,
+    unit: str = "",
+    allow_none: bool = False,
+) -> Any:
+    """``value`` if it is a number (an int when ``integer``; never a bool or a str), finite and within
+    ``[minimum, maximum]`` (``(minimum, maximum]`` when ``exclusive``); else a TypeError (wrong type) or a
+    ValueError (NaN, infinite, out of range) that names ``field``, the value and what is allowed.
+
+    >>> check_number("RetryPolicy.backoff_multiplier", 2, minimum=1)
+    2
+    >>> check_number("JobRequest.max_retries_failure", True, integer=True)
+    Traceback (most recent call last):
+    ...
+    TypeError: JobRequest.max_retries_failure: expected an int >= 0, got True
+    """
+    kind = "an int" if integer else f"a finite number{' of ' + unit if unit else ''}"
+    allowed = f"{kind} {'>' if exclusive else '>='} {minimum:g}"
+    if maximum is not None:
+        allowed += f" (at most {maximum:g})"
+    if allow_none:
+        allowed += " or None"
+    if value is None and allow_none:
+        return None
+    types: tuple[type, ...] = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise TypeError(f"{field}: expected {allowed}, got {value!r}")
+    if not math.isfinite(value) or (value <= minimum if exclusive else value < minimum) or (
+        maximum is not None and value > maximum
+    ):
+        shown = f"{value!r}" if not integer or abs(value) < 10**30 else f"an int of {len(str(abs(value)))} digits"
+        raise ValueError(f"{field}: expected {allowed}, got {shown}")
+    return value
+
+
+def check_seconds(field: str, value: Any, *, positive: bool = False, allow_none: bool = True) -> float | None:
+    """A timeout or a duration: a finite number of seconds >= 0 (> 0 when ``positive``), at most
+    :data:`MAX_SECONDS`; ``None`` (no limit) when ``allow_none``. Returned as a float.
+
+    >>> check_seconds("hold: timeout", None), check_seconds("hold: timeout", 0.5, positive=True)
+    (None, 0.5)
+    """
+    checked = check_number(
+        field, value, minimum=0.0, exclusive=positive, maximum=MAX_SECONDS, unit="seconds", allow_none=allow_none
+    )
+    return None if checked is None else float(checked)
+
+
+def check_name(field: str, value: Any) -> str:
+    """A job or session name: a non-empty str of at most :data:`MAX_NAME_LENGTH` characters.
+
+    >>> check_name("JobRequest.name", "train")
+    'train'
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field}: expected a non-empty str, got {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{field}: at most {MAX_NAME_LENGTH} characters allowed, got {len(value):,} ({value[:40]!r}...)"
+        )
+    return value

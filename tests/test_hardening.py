@@ -1,0 +1,499 @@
+"""Hardening (issue 32): signals named by name, no guardian traceback, bounded output, bounded listeners,
+validated numbers, sane size limits, monotonic durations, unpicklable session results with context."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fray_core import ElasticConfig, Entrypoint, Goodput, GpuConfig, JobRequest, JobStatus, ResourceConfig, TpuConfig
+from fray_core.context import LocalJobContext
+from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
+from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS
+from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
+from fray_local import LocalCluster, TpuFleet
+from fray_local._proc import HostProcess, LineSplitter, LogSink
+from fray_local.testing import TEST_POLICY
+
+REPO = Path(__file__).resolve().parent.parent
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the guardian and /proc are Linux-only")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
+    yield c
+    c.close()
+
+
+# ------------------------------------------------------------------------- 1. signals, named by name
+
+
+def kill_myself(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+
+
+@linux_only
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_host_killed_by_a_signal_is_reported_by_its_name(cluster: LocalCluster, sig: int) -> None:
+    entry = Entrypoint(callable=kill_myself, function_args={"sig": sig})
+    job_id = cluster.launch(JobRequest(name="oom", entrypoint=entry))
+    info = cluster.wait(job_id, timeout=60)
+    cause = info.attempts[0].cause or ""
+    name = signal.Signals(sig).name
+    assert info.status == JobStatus.FAILED and f"killed by {name}" in cause, cause
+    assert "exited with code" not in cause
+    log = "\n".join(cluster.logs(job_id))
+    assert "Traceback" not in log and "Errno 22" not in log, log  # the guardian's own traceback, before the fix
+
+
+def test_a_command_killed_by_a_signal_is_reported_by_its_name(cluster: LocalCluster) -> None:
+    job_id = cluster.launch(JobRequest(name="cmd", entrypoint=Entrypoint.from_binary("sh", ["-c", "kill -9 $$"])))
+    info = cluster.wait(job_id, timeout=60)
+    assert "CommandFailed: killed by SIGKILL" in (info.attempts[0].cause or ""), info.attempts[0].cause
+
+
+def test_describe_exit_names_signals() -> None:
+    from fray_core._exits import describe_exit, exit_code_text
+
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(-signal.SIGTERM) == "killed by SIGTERM"
+    assert describe_exit(3) == "exited with code 3"
+    assert exit_code_text(-signal.SIGSEGV) == "killed by SIGSEGV" and exit_code_text(7) == "exit code 7"
+    assert describe_exit(-200) == "killed by signal 200"
+
+
+@linux_only
+def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None:
+    env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"))
+    demo = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "multislice_demo.py")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "PREEMPTED" in demo.stdout  # the simulated preemption did happen
+    assert "Traceback" not in demo.stdout + demo.stderr, demo.stdout + demo.stderr
+    sim = subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", "sim", "--preemptions", "1", "--seed", "3", "--steps", "4",
+         "--step-time", "0.2"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert sim.returncode == 0, sim.stdout + sim.stderr
+    assert "PREEMPTED" in sim.stdout
+    assert "Traceback" not in sim.stdout + sim.stderr, sim.stdout + sim.stderr
+
+
+# ------------------------------------------------------------- 2. every public number, checked at construction
+
+
+# values no numeric field takes: non-finite, negative, bool, str, None
+BAD_NUMBERS = st.one_of(
+    st.sampled_from([float("nan"), float("inf"), float("-inf"), True, False, "5", "nan", None, [-1], 1e300]),
+    st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False),
+    st.integers(max_value=-1),
+)
+TPU = TpuConfig(type="v4-16")
+
+
+def _entry() -> Entrypoint:
+    return Entrypoint(binary="true")
+
+
+# (the field as the error names it, a constructor taking the bad value); None is allowed where "no limit"
+# is the documented meaning, and 1e300 where no upper bound exists
+FIELDS = {
+    **{f"RetryPolicy.{f}": (lambda v, f=f: RetryPolicy(**{f: v})) for f in (
+        "backoff_initial", "backoff_max", "backoff_multiplier", "schedule_timeout", "poll_interval",
+        "cancel_grace", "host_start_timeout")},
+    "ElasticConfig.grow_after": lambda v: ElasticConfig(grow_after=v),
+    "ElasticConfig.grace": lambda v: ElasticConfig(grace=v),
+    "ResourceConfig.cpu": lambda v: ResourceConfig(cpu=v),
+    "ResourceConfig.replicas": lambda v: ResourceConfig(device=TPU, replicas=v),
+    "GpuConfig.count": lambda v: GpuConfig(type="A100", count=v),
+    "JobRequest.max_retries_failure": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_failure=v),
+    "JobRequest.max_retries_preemption": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_preemption=v),
+    "PreemptSlice.after": lambda v: PreemptSlice(attempt=0, after=v),
+    "PreemptSlice.restore_after": lambda v: PreemptSlice(attempt=0, restore_after=v),  # None: gone for good
+    "FailHost.host_index": lambda v: FailHost(attempt=0, host_index=v),
+    "DropCapacity.duration": lambda v: DropCapacity(attempt=0, tpu_type="v4-16", to=0, duration=v),
+    "DirtyHost.attempt": lambda v: DirtyHost(attempt=v),
+    "quarantine_window": lambda v: Fleet(quarantine_window=v),
+    "quarantine_for": lambda v: Fleet(quarantine_for=v),
+}
+UNBOUNDED_ABOVE = {
+    "ResourceConfig.cpu", "JobRequest.max_retries_failure", "JobRequest.max_retries_preemption", "FailHost.host_index",
+    "DirtyHost.attempt",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(sorted(FIELDS)), value=BAD_NUMBERS)
+def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value: object) -> None:
+    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field == "PreemptSlice.restore_after"):
+        return
+    with pytest.raises((ValueError, TypeError)) as e:
+        FIELDS[field](value)
+    assert field in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("sizes", ["ram", "disk"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, True, "lots"])
+def test_sizes_reject_bad_values(sizes: str, value: object) -> None:
+    with pytest.raises((ValueError, TypeError), match=f"ResourceConfig.{sizes}"):
+        ResourceConfig(**{sizes: value})
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=BAD_NUMBERS.filter(lambda v: v is not None))
+def test_every_timeout_of_every_cluster_is_checked(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
+    cluster = _shared_cluster(tmp_path_factory)
+    for what, call in {
+        "wait: timeout": lambda: cluster.wait("no-such-job", timeout=value),
+        "monitor: timeout": lambda: cluster.monitor("no-such-job", timeout=value),
+        "hold: timeout": lambda: cluster.hold(ResourceConfig(), timeout=value),
+        "get: timeout": lambda: LocalJobContext.shared().get(1, timeout=value),
+    }.items():
+        with pytest.raises((ValueError, TypeError)) as e:
+            call()
+        assert what in str(e.value), str(e.value)
+
+
+_CLUSTERS: dict[str, LocalCluster] = {}
+
+
+def _shared_cluster(factory: pytest.TempPathFactory) -> LocalCluster:
+    if "c" not in _CLUSTERS:
+        _CLUSTERS["c"] = LocalCluster(jobs_dir=str(factory.mktemp("jobs")), retry_policy=TEST_POLICY)
+    return _CLUSTERS["c"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_cluster() -> Iterator[None]:
+    yield
+    for c in _CLUSTERS.values():
+        c.close()
+
+
+def test_good_timeouts_still_work(cluster: LocalCluster) -> None:
+    job_id = cluster.launch(JobRequest(name="t", entrypoint=_entry()))
+    assert cluster.wait(job_id, timeout=60).status == JobStatus.SUCCEEDED
+    assert cluster.wait(job_id, timeout=0).status == JobStatus.SUCCEEDED  # 0: look once
+    assert RetryPolicy(schedule_timeout=0.0, backoff_initial=0).schedule_timeout == 0.0
+    ctx = LocalJobContext.shared()
+    assert ctx.get(ctx.run(abs, -3), timeout=10) == 3
+
+
+# ----------------------------------------------------------------------- 3. sizes and names, bounded
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ResourceConfig(replicas=10**18), "at most 10,000 processes per job"),
+        (lambda: ResourceConfig(device=TPU, replicas=10**7), "at most 10,000 slices per TPU job"),
+        (lambda: ResourceConfig(device=TPU, replicas=[1, MAX_REPLICAS + 1]), "at most 10,000 slices"),
+        (lambda: ResourceConfig(device=TpuConfig(type="v4-4096"), replicas=1000), "host processes; at most 100,000"),
+        (lambda: JobRequest(name="n" * 20_000_000, entrypoint=_entry()), "JobRequest.name: at most 1024 characters"),
+        (lambda: TpuFleet({"v4-16": 99_999_999}), "at most 10,000 slices of v4-16"),
+    ],
+)
+def test_sizes_and_names_above_the_limits_fail_at_once(make: object, message: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=message) as e:
+        make()  # type: ignore[operator]
+    assert time.monotonic() - start < 2.0  # not after building 10**7 of anything
+    assert "\n" not in str(e.value)
+
+
+def test_sizes_at_the_limits_are_accepted() -> None:
+    assert ResourceConfig(replicas=MAX_REPLICAS).replicas == MAX_REPLICAS
+    assert ResourceConfig(device=TPU, replicas=[MAX_REPLICAS, 1]).replica_counts
+    v4_128 = TpuConfig(type="v4-128")  # 16 hosts a slice
+    assert ResourceConfig(device=v4_128, replicas=MAX_HOSTS_PER_JOB // 16).replicas == MAX_HOSTS_PER_JOB // 16
+    assert len(JobRequest(name="n" * MAX_NAME_LENGTH, entrypoint=_entry()).name) == MAX_NAME_LENGTH
+    fleet = TpuFleet({"v4-16": MAX_FLEET_SLICES})
+    try:
+        with pytest.raises(ValueError, match="at most 10,000 slices of v4-16"):
+            fleet.model.add_slices("v4-16", 1)
+    finally:
+        fleet.close()
+
+
+def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"), FRAY_CLUSTER_SPEC="local?tpu=v4-16:99999999")
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2 and "at most 10,000 slices of a type" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - start < 20
+
+
+# ------------------------------------------------------------------ 4. output in bounded memory, last line kept
+
+
+def _shown(line: str) -> str:
+    """What a terminal shows of a line rewritten with '\\r' (the last non-empty state)."""
+    states = [s for s in line.split("\r") if s]
+    return states[-1] if states else ""
+
+
+def _reference(text: str) -> list[str]:
+    *lines, rest = text.split("\n")
+    return [_shown(x) for x in lines] + ([_shown(rest)] if rest else [])
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet="ab\r\n", max_size=60), cuts=st.lists(st.integers(0, 60), max_size=8))
+def test_line_splitter_logs_what_a_terminal_shows_whatever_the_chunks(text: str, cuts: list[int]) -> None:
+    data = text.encode()
+    bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    splitter = LineSplitter(progress_interval=float("inf"))  # no progress lines mid-line: chunking must not matter
+    out: list[str] = []
+    for a, b in zip(bounds, bounds[1:]):
+        out += splitter.feed(data[a:b], now=0.0)
+    out += splitter.close()
+    assert out == _reference(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"\r")), max_size=30))
+def test_line_splitter_memory_is_bounded_without_any_newline(chunks: list[bytes]) -> None:
+    splitter = LineSplitter(max_line=8, progress_interval=0.0)
+    for i, chunk in enumerate(chunks):
+        for line in splitter.feed(chunk, now=float(i)):
+            assert len(line.encode("utf-8", "surrogateescape")) <= 8 * 3  # a replaced byte is 3 bytes of U+FFFD
+        assert len(splitter._cur) <= 8 and len(splitter._prog or b"") <= 8
+
+
+LAUNCHER = r'''
+import resource, sys
+from fray_core import Entrypoint, JobRequest
+from fray_local import LocalCluster
+from fray_local.testing import TEST_POLICY
+
+mb = int(sys.argv[2])
+# tqdm-like: 100-byte states separated by '\r', never a newline, then a last line without '\n'
+prog = ("import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; "
+        f"[w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line')")
+cluster = LocalCluster(jobs_dir=sys.argv[1], retry_policy=TEST_POLICY)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+job = cluster.launch(JobRequest(name="tqdm", entrypoint=Entrypoint.from_binary(sys.executable, ["-c", prog])))
+info = cluster.wait(job, timeout=600)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+lines = list(cluster.logs(job))
+cluster.close()
+print(info.status.value, (after - before) // 1024, len(lines), repr(lines[-1][-40:]))
+'''
+
+
+@linux_only
+def test_progress_bars_without_newlines_take_bounded_memory_and_the_last_line_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    r = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "jobs"), "200"],  # 200 MB of output
+        env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    status, grew_mib, n_lines, last = r.stdout.split(maxsplit=3)
+    assert status == "SUCCEEDED"
+    assert int(grew_mib) < 60, f"the launcher's peak RSS grew by {grew_mib} MiB for 200 MB of '\\r' output"
+    assert "final line" in last, last
+    assert int(n_lines) < 1000  # progress states logged now and then, not 2 million of them
+
+
+class _SlowSink(LogSink):
+    """A log that takes 5 ms a line, as a loaded machine might: the pump falls behind the host."""
+
+    def write(self, tag: str, line: str) -> None:
+        time.sleep(0.005)
+        super().write(tag, line)
+
+
+@linux_only
+def test_a_pump_behind_its_host_loses_no_line(tmp_path: Path) -> None:
+    sink = _SlowSink(str(tmp_path / "log"))
+    ended = threading.Event()
+    host = HostProcess("h0", sink, ended.set)
+    n = 700  # 3.5 s of writing: longer than DRAIN_GRACE after the host has exited
+    code = f"print('\\n'.join(f'line {{i}}' for i in range({n})), end='')"
+    host.start([sys.executable, "-c", code], dict(os.environ), str(tmp_path))
+    assert ended.wait(60)
+    sink.close()
+    log = (tmp_path / "log").read_text().splitlines()
+    assert "still held by another process" not in "\n".join(log)
+    assert log[-1] == f"[h0] line {n - 1}" and len(log) == n  # every line, the last one (no newline) too
+
+
+# ------------------------------------------------------------- 5. a session listener under a flood of silent peers
+
+FLOOD_OWNER = r'''
+import json, os, resource, subprocess, sys, threading, time
+from multiprocessing.connection import Client
+from fray_core import session as S
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+core = S._Core(None, False, "tcp")
+core.address = ("127.0.0.1", core.address[1])
+flood = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(core.address[1])], stdout=subprocess.PIPE, text=True)
+assert flood.stdout.readline().strip() == "flooding"
+time.sleep(1.0)  # the flood is under way
+cpu0, t0 = time.process_time(), time.monotonic()
+peak_threads = peak_fds = 0
+stop = threading.Event()
+def sample():
+    global peak_threads, peak_fds
+    while not stop.wait(0.05):
+        peak_threads = max(peak_threads, threading.active_count())
+        peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")))
+threading.Thread(target=sample, daemon=True).start()
+start = time.monotonic()
+conn = Client(core.address, family="AF_INET", authkey=core.authkey)  # a real worker, in the middle of it
+conn.send(("hello", {"attempt": 0, "slice": 0, "host": 0, "replicas": 1, "pid": os.getpid()}))
+with core.cond:
+    registered = core.cond.wait_for(lambda: core.workers.get(0), timeout=20)
+joined = time.monotonic() - start
+time.sleep(2.0)
+stop.set()
+cpu = (time.process_time() - cpu0) / (time.monotonic() - t0)
+made = int(flood.stdout.readline() or 0)
+flood.kill(); flood.wait()
+conn.close(); core.close()
+print(json.dumps({"registered": bool(registered), "joined_s": joined, "threads": peak_threads, "fds": peak_fds,
+                  "cpu": cpu, "flood": made}))
+'''
+
+FLOODER = r'''
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+port, held = int(sys.argv[1]), []
+print("flooding", flush=True)
+end = time.monotonic() + 5.0
+while time.monotonic() < end and len(held) < 1100:  # 1,100 silent connections, or 5 s of trying
+    s = socket.socket()
+    s.settimeout(0.2)
+    try:
+        s.connect(("127.0.0.1", port))
+        held.append(s)
+    except OSError:
+        s.close()
+print(len(held), flush=True)
+time.sleep(60)
+'''
+
+
+@linux_only
+def test_a_flood_of_silent_connections_holds_up_only_itself() -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", FLOOD_OWNER, FLOODER], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    print(m)
+    assert m["registered"] and m["joined_s"] < 5.0, m  # the real worker got in, during the flood
+    assert m["threads"] < 200 and m["fds"] < 400, m  # bounded: not one thread and fd per silent peer
+    assert m["cpu"] < 0.5, m  # no core burnt on the flood
+
+
+# ------------------------------------------------------------------- 6. durations from a monotonic clock
+
+
+YEAR = 365 * 86400.0
+
+
+@pytest.mark.parametrize("jump", [-YEAR, YEAR, -60.0])
+def test_a_wall_clock_jump_changes_no_duration_and_no_goodput(jump: float) -> None:
+    clock = FakeClock()
+    offset = [0.0]
+
+    def script(attempt: int, s: int, h: int) -> object:
+        if attempt == 1:
+            offset[0] = jump  # the system clock is set back (or forward) while attempt 1 starts its hosts
+        return HostScript("PREEMPTED", after=2.0) if attempt == 0 else HostScript("SUCCEEDED", after=3.0)
+
+    provider = InMemorySliceProvider({"v4-16": 2}, clock, script=script)
+    provider.preempt("v4-16-1", restore_after=4.0)
+    request = JobRequest(
+        name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16", slice_count=2),
+        max_retries_preemption=10,
+    )
+    policy = RetryPolicy(backoff_initial=5.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=1.0)
+    runner = GangRunner(
+        "job-1", request, provider, policy=policy, clock=clock, wall=lambda: clock.wall() + offset[0], sleep=clock.sleep
+    )
+    assert runner.run().status is JobStatus.SUCCEEDED
+    info = runner.info
+    assert [a.ended_at - a.started_at for a in info.attempts] == [6.0, 3.0]  # type: ignore[operator]
+    assert info.goodput == Goodput(pending_s=9.0, productive_s=3.0, lost_s=2.0,
+                                   pending_chip_s=9.0 * 16, productive_chip_s=3.0 * 16, lost_chip_s=2.0 * 16)
+    assert info.finished_at - info.submitted_at == 14.0  # type: ignore[operator]
+
+
+# ------------------------------------------------------------ 7. session results that do not pickle, with context
+
+
+def _rebuild_fails() -> None:
+    raise TypeError("cannot rebuild Unloadable in this process")
+
+
+class Unloadable:
+    """Pickles on the host; unpickling it (in the caller) fails."""
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_fails, ())
+
+
+def unloadable() -> Unloadable:
+    return Unloadable()
+
+
+def holds_a_lock() -> object:
+    return threading.Lock()
+
+
+def test_a_session_result_that_cannot_be_unpickled_names_the_session_call_and_host(cluster: LocalCluster) -> None:
+    from fray_core.session import RemoteCallError
+
+    with cluster.hold(ResourceConfig(replicas=2), timeout=60) as session:
+        with pytest.raises(RemoteCallError) as e:
+            session.run(unloadable)
+        msg = str(e.value)
+        assert isinstance(e.value, TypeError)  # ``except TypeError`` still catches it
+        assert session.job_id in msg and "slice 0 host 0" in msg and "unloadable" in msg and "call 0" in msg, msg
+        assert session.run(abs, -2) == [2, 2]  # only the caller could not read it: the session goes on
+        with pytest.raises(TypeError) as bad_arg:
+            session.run(abs, threading.Lock())
+        assert session.job_id in str(bad_arg.value) and "cannot be pickled" in str(bad_arg.value)
+
+
+def test_a_session_result_that_cannot_be_pickled_names_the_session_call_and_host(cluster: LocalCluster) -> None:
+    from fray_core.session import RemoteCallError
+
+    with cluster.hold(ResourceConfig(replicas=1), timeout=60) as session:
+        with pytest.raises(RemoteCallError) as e:
+            session.run(holds_a_lock)
+        msg = str(e.value)
+        assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg, msg
+        assert "cannot be pickled" in msg, msg
