@@ -162,7 +162,7 @@ class Supervisor:
         except BaseException as e:  # a bug in the runner or provider must not leave the job RUNNING
             info.status = JobStatus.FAILED
             info.error = f"internal error in the {self.label} supervisor: {type(e).__name__}: {e}"
-            info.finished_at = time.time()
+            info.finished_at = self.runner.wall()  # the runner's steady wall clock: no negative durations
             self._log_lines("fray", traceback.format_exc())
         finally:
             self._release()
@@ -181,7 +181,7 @@ class Supervisor:
             info.error = info.error or (
                 f"internal error in the {self.label} supervisor: the runner ended without an outcome"
             )
-            info.finished_at = time.time()
+            info.finished_at = self.runner.wall()  # the runner's steady wall clock: no negative durations
         self.log.close()
         problem = None
         if self._final_written:
