@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
