@@ -38,6 +38,7 @@ from fray_core.scheduling import Quarantine
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
+from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, supervisor_name
 
@@ -120,8 +121,11 @@ class RayCluster(Cluster):
                 raise ValueError(f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not 'KEY=VALUE' (a node label)")
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         if not ray.is_initialized():
-            ray.init(address=address, logging_level="WARNING", configure_logging=True)
+            _connect(address)
         self.address = address
+        #: The cluster's GCS address as this process is connected to it: kept in every job record, so any
+        #: client (a CLI with no flags after Ctrl-C) finds the cluster a job ran on.
+        self.gcs_address = _gcs_address() or resolve_address(address) or ""
         self.namespace = namespace or DEFAULT_NAMESPACE
         self.policy = retry_policy or DEFAULT_RAY_POLICY
         self.non_preemptible_resource = non_preemptible_resource
@@ -129,6 +133,10 @@ class RayCluster(Cluster):
         self.autoscaling = autoscaling
         self.store = JobStore(jobs_dir or self._shared_jobs_dir())
         self.spec = "ray" if address in (None, "auto") else f"ray?address={address}"
+        #: The spec that reaches this cluster from anywhere (its real address), as job records keep it.
+        self.record_spec = f"ray?address={self.gcs_address}" if self.gcs_address else self.spec
+        if self.namespace != DEFAULT_NAMESPACE:
+            self.record_spec += f"{'&' if '?' in self.record_spec else '?'}namespace={self.namespace}"
         self.warm_supervisor = warm_supervisor
         self._standby: tuple[str, Any, float] | None = None
         self._standby_lock = threading.Lock()
@@ -180,6 +188,8 @@ class RayCluster(Cluster):
             "cwd": os.getcwd(),
             "policy": self.policy,
             "namespace": self.namespace,
+            "address": self.gcs_address,
+            "cluster": self.record_spec,
             "non_preemptible_resource": self.non_preemptible_resource,
             "preemption_probe": self.preemption_probe,
             "autoscaling": self.autoscaling,
@@ -192,7 +202,7 @@ class RayCluster(Cluster):
             standby, self._standby = self._standby, None
         if not (standby is not None and self._hand_over(standby, info, job)):
             name = supervisor_name()
-            self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
+            self.store.write(info, owner=self._owner(name))
             self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
         if self.warm_supervisor:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
@@ -229,6 +239,11 @@ class RayCluster(Cluster):
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
 
+    def _owner(self, actor: str) -> dict[str, str]:
+        """The record's ``owner``: the job's supervisor actor, its namespace, and the cluster's address and
+        spec (``fray logs/stop/status ID`` reach the cluster from the record alone)."""
+        return {"ray_actor": actor, "namespace": self.namespace, "address": self.gcs_address, "cluster": self.record_spec}
+
     def _supervisor_options(self, name: str) -> Any:
         return _Supervisor.options(
             name=name,
@@ -248,7 +263,7 @@ class RayCluster(Cluster):
         """
         name, actor, started = standby
         if time.monotonic() - started < STANDBY_IDLE_TIMEOUT / 2:  # else: near its idle expiry, do not race it
-            self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
+            self.store.write(info, owner=self._owner(name))
             try:
                 if ray.get(actor.start.remote(*job), timeout=HAND_OVER_TIMEOUT):
                     return True
@@ -378,6 +393,34 @@ class RayCluster(Cluster):
         from fray_ray.context import RayJobContext
 
         return RayJobContext(namespace=self.namespace, non_preemptible_resource=self.non_preemptible_resource)
+
+
+def _connect(address: str | None) -> None:
+    """``ray.init``, after :func:`~fray_ray.connect.check_ray_address` made sure, within seconds, that the
+    address answers as a Ray cluster this client can use (``ray.init`` alone retries for minutes)."""
+    target = resolve_address(address)
+    if target is not None:
+        check_ray_address(target)
+    try:
+        ray.init(address=address, logging_level="WARNING", configure_logging=True)
+    except ConnectionError as e:  # "auto" with no local cluster, or a cluster gone since the check
+        raise RayConnectionError(f"cannot connect to the Ray cluster at {target or address or 'auto'}: {_first_line(e)}") from None
+    except RuntimeError as e:
+        if "version" in str(e).lower():  # Ray's own check (a patch-level Python difference)
+            raise RayConnectionError(f"version mismatch with the Ray cluster at {target or address}: {_first_line(e)}") from None
+        raise
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _gcs_address() -> str | None:
+    """The GCS address this process is connected to."""
+    try:
+        return ray.get_runtime_context().gcs_address or None
+    except Exception:  # an older Ray without it, or Ray client mode
+        return None
 
 
 def _close_at_exit(ref: weakref.ref[RayCluster]) -> None:

@@ -208,7 +208,10 @@ class JobSupervisor:
 
     def _persist(self, info: JobInfo) -> None:
         # The store writes a SUCCEEDED job's results first (atomically), then the record.
-        self.store.write(info, owner={"ray_actor": self.name, "namespace": self.settings["namespace"]})
+        owner = {"ray_actor": self.name, "namespace": self.settings["namespace"]}
+        if self.settings.get("address"):  # the cluster the job runs on, for clients that know only the record
+            owner.update(address=self.settings["address"], cluster=self.settings.get("cluster", ""))
+        self.store.write(info, owner=owner)
         if info.status.is_terminal():
             self._ended.set()
 

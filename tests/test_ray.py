@@ -21,6 +21,7 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from fray_core import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
+from fray_core.cluster import cluster_from_spec  # noqa: E402
 from fray_core.records import pid_alive  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray._host import gce_preempted  # noqa: E402
@@ -187,7 +188,10 @@ def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_clu
 def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: Path) -> None:
     job_id = ray_tpu_cluster.cluster.launch(tpu_request(hold, slices=2, marker_dir=str(tmp_path)))
     wait_for(lambda: started(tmp_path, 0) == 4, what="all 4 hosts")
-    other = RayCluster(address=ray_tpu_cluster.address)
+    owner = ray_tpu_cluster.cluster.store.read(job_id)["owner"]  # as the running supervisor wrote it
+    assert (owner["address"], owner["cluster"]) == (ray_tpu_cluster.address, f"ray?address={ray_tpu_cluster.address}")
+    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record (the CLI after Ctrl-C)
+    assert isinstance(other, RayCluster)
     other.terminate(job_id)
     info = ray_tpu_cluster.cluster.poll(job_id)
     assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
