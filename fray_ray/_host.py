@@ -59,6 +59,8 @@ LOCKFILE_ENV = "FRAY_TPU_LOCKFILE"  # where libtpu keeps its lockfile on this ho
 TPU_PCI_VENDOR_ID = "0x1ae0"  # Google's PCI vendor id: what tells a TPU's VFIO group from another device's
 HOST_TOKEN_ENV = "FRAY_HOST_TOKEN"
 _TAIL_LINES = 20
+LOG_SEND_INTERVAL = 0.2  # seconds between a host's log batches: at most 5 calls a second to the supervisor
+LOG_PENDING_MAX = 20_000  # lines a host keeps while the supervisor is behind; older ones are dropped (counted)
 _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
 
 
@@ -311,6 +313,7 @@ class _LogPump:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._last_send: Any = None
+        self._dropped = 0
         sys.stdout.flush()
         sys.stderr.flush()
         self._orig_out = os.dup(1)
@@ -328,6 +331,9 @@ class _LogPump:
     def feed(self, line: str) -> None:
         with self._lock:
             self._pending.append(line)
+            if len(self._pending) > LOG_PENDING_MAX:  # the supervisor is far behind: memory stays bounded
+                del self._pending[: len(self._pending) - LOG_PENDING_MAX]
+                self._dropped += 1
         self.tail.append(line)
 
     def _read(self) -> None:
@@ -336,14 +342,23 @@ class _LogPump:
                 os.write(self._orig_out, raw)
                 self.feed(raw.decode("utf-8", "replace").rstrip("\n"))
 
-    def _flush(self) -> None:
+    def _flush(self, last: bool = False) -> None:
+        import ray
+
+        if self.supervisor is None:
+            return
+        if not last and self._last_send is not None and not ray.wait([self._last_send], timeout=0, fetch_local=False)[0]:
+            return  # one batch in flight at a time: the lines wait here (bounded), not in Ray's queues
         with self._lock:
             lines, self._pending = self._pending, []
-        if lines and self.supervisor is not None:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            lines.insert(0, f"[fray] {dropped} line(s) of this host dropped: the job's supervisor could not keep up")
+        if lines:
             self._last_send = self.supervisor.append_log.remote(self.tag, lines)
 
     def _send_loop(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(LOG_SEND_INTERVAL):
             self._flush()
 
     def close(self) -> None:
@@ -356,7 +371,7 @@ class _LogPump:
         self._reader.join(5.0)
         self._stop.set()
         self._sender.join(5.0)
-        self._flush()
+        self._flush(last=True)
         if self._last_send is not None:
             try:
                 ray.get(self._last_send, timeout=10.0)

@@ -55,7 +55,10 @@ HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take t
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 
-_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS})(JobSupervisor)  # not settable in .options()
+# Not settable in .options(): the concurrency groups. No task events: a supervisor's calls (a log batch from
+# every host several times a second, each client's waits) would fill Ray's task-event buffers and its
+# dashboard with Fray's own traffic.
+_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
 
 
 class RayCluster(Cluster):
@@ -402,7 +405,9 @@ def _connect(address: str | None) -> None:
     if target is not None:
         check_ray_address(target)
     try:
-        ray.init(address=address, logging_level="WARNING", configure_logging=True)
+        # log_to_driver off: every host line reaches a client once, rank-prefixed, through the job's log
+        # (Ray's copy came on top of it, unprefixed, to whichever driver launched the job)
+        ray.init(address=address, logging_level="WARNING", configure_logging=True, log_to_driver=False)
     except ConnectionError as e:  # "auto" with no local cluster, or a cluster gone since the check
         raise RayConnectionError(f"cannot connect to the Ray cluster at {target or address or 'auto'}: {_first_line(e)}") from None
     except RuntimeError as e:

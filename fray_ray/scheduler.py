@@ -178,7 +178,7 @@ class Scheduler:
         }
 
 
-_SchedulerActor = ray.remote(Scheduler)
+_SchedulerActor = ray.remote(enable_task_events=False)(Scheduler)  # Fray's own traffic: not in Ray's task events
 
 
 class SchedulerClient:

@@ -82,6 +82,8 @@ class JobSupervisor:
         self._stop_requested = threading.Event()
         self._ended = threading.Event()  # set once the job's final record is written
         self._warming: threading.Thread | None = None
+        self._upload_lock = threading.Lock()
+        self._uploaded = 0  # bytes of the log the store's copy has
         if job is not None:  # a cold start: the job rides on the actor's creation, which Ray delivers
             self.start(*job)  # even when the launching process exits at once
         else:
@@ -237,11 +239,14 @@ class JobSupervisor:
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
     def _upload(self) -> None:
+        """Append what the log gained since the last upload to the store's copy (see ``fray_ray._logs``)."""
+        from fray_ray._logs import append_upload
+
         try:
-            with open(self._log_path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
-                dst.write(src.read())
+            with self._upload_lock:  # the periodic upload and the final one must not append the same bytes
+                self._uploaded = append_upload(self.store.fs, self._log_path, self.store.log_path(self.job_id), self._uploaded)
         except OSError:
-            pass
+            pass  # the store is unreachable now: the next upload sends these bytes too
 
     def _upload_loop(self) -> None:
         while not self._done.wait(LOG_UPLOAD_INTERVAL):
