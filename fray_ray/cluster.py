@@ -40,7 +40,7 @@ from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
 from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
-from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, supervisor_name
+from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, start_error_key, supervisor_name
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
@@ -51,6 +51,7 @@ TERMINATE_TIMEOUT = 60.0
 # ``launch`` writes the PENDING record, then creates the supervisor: another thread or process polling in
 # between must not call the job's supervisor gone. Once the supervisor wrote the record, no grace.
 SUPERVISOR_START_GRACE = 30.0
+STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
@@ -145,6 +146,7 @@ class RayCluster(Cluster):
         self._standby_lock = threading.Lock()
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
+        self._store_ok = False  # the head has read this store (see _check_store)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -201,6 +203,8 @@ class RayCluster(Cluster):
             "queue_ttl": self.queue_ttl,
         }
         job = (job_id, request_bytes, settings)
+        if not self._store_ok:
+            self._check_store(info)
         with self._standby_lock:  # launch may be called from several threads
             standby, self._standby = self._standby, None
         if not (standby is not None and self._hand_over(standby, info, job)):
@@ -334,6 +338,12 @@ class RayCluster(Cluster):
     def _checked(self, info: JobInfo, record: dict[str, Any]) -> JobInfo:
         """A job whose supervisor actor is gone is FAILED, whatever its record says."""
         job_id = info.job_id
+        start_error = None
+        if not info.status.is_terminal() and record.get("backend") == "ray" and info.status is JobStatus.PENDING and not info.attempts:
+            start_error = self._start_error(str(job_id))  # its supervisor could not start it (and said so)
+            if start_error is not None:
+                info.status, info.error = JobStatus.FAILED, start_error
+                return info
         if (
             not info.status.is_terminal()
             and record.get("backend") == "ray"
@@ -349,6 +359,48 @@ class RayCluster(Cluster):
                     "before the job ended: its node died or the Ray cluster restarted"
                 )
         return info
+
+    def _start_error(self, job_id: str) -> str | None:
+        """Why the job's supervisor could not start it, as it left it in Ray's KV store (see supervisor.py)."""
+        try:
+            from ray.experimental import internal_kv
+
+            found = internal_kv._internal_kv_get(start_error_key(job_id), namespace=self.namespace)
+        except Exception:  # KV unavailable (Ray client mode)
+            return None
+        return found.decode() if found else None
+
+    def _check_store(self, info: JobInfo) -> None:
+        """Once per client and store: the cluster's head (where supervisors run) can read this job's record,
+        else ``launch`` fails here naming the store, instead of a job that never starts. A head that read
+        the store once is remembered in Ray's KV store, so later clients skip the check."""
+        key = b"fray:store-ok:" + self.store.root.encode()
+        from ray.experimental import internal_kv
+
+        try:
+            if self._store_ok or internal_kv._internal_kv_get(key, namespace=self.namespace):
+                self._store_ok = True
+                return
+        except Exception:
+            return  # KV unavailable (Ray client mode): the supervisor's own start-up check decides
+        self.store.write(info, owner=self._owner(""))
+        ref = _probe_store.options(resources={self.non_preemptible_resource: 0.001}).remote(self.store.root, str(info.job_id))
+        try:
+            problem = ray.get(ref, timeout=STORE_CHECK_TIMEOUT)
+        except Exception:  # the head is slow or busy: the supervisor's own start-up check decides
+            ray.cancel(ref, force=True)
+            return
+        if problem is None:
+            self._store_ok = True
+            internal_kv._internal_kv_put(key, b"1", overwrite=True, namespace=self.namespace)
+            return
+        reason = (
+            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store {self.store.root!r}: {problem}. "
+            "Its supervisors run on the head node: give a store every machine reaches (jobs_dir='gs://BUCKET/fray', or a shared path)"
+        )
+        info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
+        self.store.write(info, owner=self._owner(""))
+        raise FrayError(reason)
 
     def list_jobs(self) -> list[JobInfo]:
         """The store's Ray jobs, oldest first; never unpickles. A job whose record cannot be read is listed
@@ -396,6 +448,18 @@ class RayCluster(Cluster):
         from fray_ray.context import RayJobContext
 
         return RayJobContext(namespace=self.namespace, non_preemptible_resource=self.non_preemptible_resource)
+
+
+@ray.remote(num_cpus=0, max_retries=0, enable_task_events=False)
+def _probe_store(root: str, job_id: str) -> str | None:
+    """Run where the supervisors run: ``None`` if the job's record can be read from the store there, else why not."""
+    try:
+        from fray_core.records import JobStore
+
+        JobStore(root).read(job_id)
+        return None
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
 
 
 def _connect(address: str | None) -> None:

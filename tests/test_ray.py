@@ -22,6 +22,7 @@ ray = pytest.importorskip("ray")
 
 from fray_core import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
 from fray_core.cluster import cluster_from_spec  # noqa: E402
+from fray_core.errors import FrayError  # noqa: E402
 from fray_core.records import pid_alive  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray._host import gce_preempted  # noqa: E402
@@ -273,3 +274,29 @@ def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any)
         time.sleep(0.2)
     assert leftovers() == ([], [])
     assert fray_groups()  # jobs did run here
+
+
+def test_a_store_the_cluster_cannot_reach_fails_launch_in_the_caller_naming_it(ray_tpu_cluster: Any) -> None:
+    """A store only this process sees (here fsspec's in-memory one; on real machines, a local jobs dir): the
+    head cannot read the job's record, so launch fails within seconds saying so, and the job is FAILED."""
+    root = f"memory://fray-unreachable-{os.getpid()}-{time.monotonic_ns()}"
+    client = RayCluster(address=ray_tpu_cluster.address, jobs_dir=root, warm_supervisor=False)
+    start = time.monotonic()
+    with pytest.raises(FrayError, match=f"cannot reach the job store {root!r}: JobNotFoundError") as e:
+        client.launch(tpu_request(fail))
+    assert time.monotonic() - start < 20.0
+    [info] = client.list_jobs()
+    assert info.status is JobStatus.FAILED and info.error == str(e.value)
+
+
+def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exits(ray_tpu_cluster: Any) -> None:
+    """The store check passed once (or was skipped), yet the head cannot read this job's record: the supervisor
+    says why and goes away; the job is FAILED at once (not PENDING for the supervisor start grace)."""
+    client = RayCluster(address=ray_tpu_cluster.address, jobs_dir=f"memory://fray-gone-{os.getpid()}", warm_supervisor=False)
+    client._store_ok = True  # as if the head had read this store before
+    job_id = client.launch(tpu_request(fail))
+    actor = client.store.read(job_id)["owner"]["ray_actor"]
+    info = wait_for(lambda: (i := client.poll(job_id)).status is JobStatus.FAILED and i, timeout=30, what="the job to fail")
+    assert "could not start on the Ray cluster: JobNotFoundError" in info.error, info.error
+    assert info.submitted_at > time.time() - 30  # well within SUPERVISOR_START_GRACE of the launch
+    wait_for(lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}, timeout=30, what="the supervisor to exit")
