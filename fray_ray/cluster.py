@@ -19,8 +19,6 @@ cluster can ``poll``/``wait``/``terminate``/``logs`` it by id. Records and logs 
 from __future__ import annotations
 
 import atexit
-import os
-import sys
 import threading
 import time
 import weakref
@@ -38,6 +36,7 @@ from fray_core.scheduling import Quarantine
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_local.cluster import check_picklable
 from fray_ray._host import gce_preempted
+from fray_ray.code import code_runtime_env, upload_code
 from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, start_error_key, supervisor_name
@@ -147,6 +146,8 @@ class RayCluster(Cluster):
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
         self._store_ok = False  # the head has read this store (see _check_store)
+        self._standby_env: dict[str, Any] = {}  # the runtime_env the warm supervisor was started with
+        self._last_env: dict[str, Any] = {}  # the last launched job's
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -183,14 +184,17 @@ class RayCluster(Cluster):
                 "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
+        runtime_env = upload_code(code_runtime_env(request))  # the user's code, shipped (refused here when too big)
         job_id = new_job_id(request.name)
         info = JobInfo(
             job_id=job_id, name=request.name, status=JobStatus.PENDING, backend="ray", request_summary=summarize_request(request)
         )
         settings = {
             "jobs_dir": self.store.root,
-            "sys_path": [os.getcwd()] + [p for p in sys.path if p],
-            "cwd": os.getcwd(),
+            # No client path: on another machine it does not exist. The code travels in the runtime_env.
+            "sys_path": [],
+            "cwd": "",
+            "runtime_env": runtime_env,
             "policy": self.policy,
             "namespace": self.namespace,
             "address": self.gcs_address,
@@ -207,10 +211,14 @@ class RayCluster(Cluster):
             self._check_store(info)
         with self._standby_lock:  # launch may be called from several threads
             standby, self._standby = self._standby, None
+            if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
+                self._standby = standby
+                standby = None
+            self._last_env = runtime_env
         if not (standby is not None and self._hand_over(standby, info, job)):
             name = supervisor_name()
             self.store.write(info, owner=self._owner(name))
-            self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
+            self._supervisor_options(name, runtime_env).remote(name, job=job)  # the job rides on the actor's creation
         if self.warm_supervisor:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
             # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
@@ -242,7 +250,9 @@ class RayCluster(Cluster):
                     "non_preemptible_resource": self.non_preemptible_resource,
                     "quarantine": self.quarantine,
                 }
-                self._standby = (name, self._supervisor_options(name).remote(name, warm=warm), time.monotonic())
+                # with the last job's code (the next job from this client most likely has the same)
+                self._standby_env = self._last_env
+                self._standby = (name, self._supervisor_options(name, self._standby_env).remote(name, warm=warm), time.monotonic())
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
 
@@ -251,8 +261,11 @@ class RayCluster(Cluster):
         spec (``fray logs/stop/status ID`` reach the cluster from the record alone)."""
         return {"ray_actor": actor, "namespace": self.namespace, "address": self.gcs_address, "cluster": self.record_spec}
 
-    def _supervisor_options(self, name: str) -> Any:
+    def _supervisor_options(self, name: str, runtime_env: dict[str, Any] | None = None) -> Any:
+        """The supervisor actor's options; ``runtime_env``: the job's code and packages (its host tasks and
+        the tasks they start inherit it), uploaded from this client by Ray."""
         return _Supervisor.options(
+            runtime_env=runtime_env or None,
             name=name,
             namespace=self.namespace,
             lifetime="detached",

@@ -60,11 +60,9 @@ class RayJobContext(JobContext):
         self.non_preemptible_resource = non_preemptible_resource
         self._remote_fns: dict[Any, Any] = {}
         self._lock = threading.Lock()
-        # Ray pickles functions and classes of importable modules by reference; its workers only know the
-        # driver's script dir and cwd. Give them this process's code dirs, so a function or actor class
-        # defined in the user's module (or a test module) imports there as it does here.
-        paths = code_paths()
-        self._options: dict[str, Any] = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}} if paths else {}
+        # No client path on the workers' sys.path (on another machine it does not exist): inside a job, the
+        # tasks and actors started here inherit the job's runtime_env, which carries its code (fray_ray.code).
+        self._options: dict[str, Any] = {}
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         with self._lock:

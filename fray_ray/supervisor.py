@@ -213,10 +213,10 @@ class JobSupervisor:
             self._exit()
             return False
         env = request.environment
-        runtime_env: dict[str, Any] = {}
-        if env is not None and env.pip_packages:
+        runtime_env: dict[str, Any] = {}  # new clients: none, the host tasks inherit this actor's (the job's code)
+        if "runtime_env" not in settings and env is not None and env.pip_packages:
             runtime_env["pip"] = list(env.pip_packages)
-        if env is not None and env.workspace:
+        if "runtime_env" not in settings and env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
         info = JobInfo.from_json(self.store.read(job_id))
         me = ray.get_runtime_context().current_actor

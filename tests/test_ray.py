@@ -300,3 +300,32 @@ def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exi
     assert "could not start on the Ray cluster: JobNotFoundError" in info.error, info.error
     assert info.submitted_at > time.time() - 30  # well within SUPERVISOR_START_GRACE of the launch
     wait_for(lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}, timeout=30, what="the supervisor to exit")
+
+
+def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    """A client whose code lives only in its own directory (removed as soon as launch returns: the cluster
+    shares nothing else with it) runs its module's code on every host; no client path is on a host's sys.path."""
+    proj = tmp_path / "client-only"
+    proj.mkdir()
+    (proj / "client_only_mod.py").write_text(
+        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if 'client-only' in p]]\n"
+    )
+    driver = textwrap.dedent(
+        f"""
+        import shutil, sys
+        sys.path.insert(0, {str(proj)!r})
+        import client_only_mod
+        from fray_core import Entrypoint, JobRequest, ResourceConfig
+        from fray_ray import RayCluster
+        cluster = RayCluster(address={ray_tpu_cluster.address!r}, warm_supervisor=False)
+        job = cluster.launch(JobRequest(name="own-code", entrypoint=Entrypoint(callable=client_only_mod.main), resources=ResourceConfig.with_tpu({TPU!r})))
+        shutil.rmtree({str(proj)!r})
+        print(job)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    info = ray_tpu_cluster.cluster.wait(out.stdout.strip().splitlines()[-1], timeout=180)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    for file, cwd, client_paths in info.result:
+        assert not file.startswith(str(proj)) and file.endswith("client_only_mod.py") and cwd != str(proj) and client_paths == []

@@ -122,3 +122,26 @@ def test_only_a_vfio_group_of_googles_vendor_id_is_a_tpu(tmp_path: Path) -> None
         finally:
             holder.kill()
             holder.wait()
+
+
+def test_code_from_a_client_directory_travels_and_installed_code_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import json
+
+    from fray_core import Entrypoint, EnvironmentConfig, JobRequest
+    from fray_ray.code import code_runtime_env
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "travelling_mod.py").write_text("def main():\n    return 1\n")
+    (tmp_path / "proj" / "data.bin").write_bytes(b"x" * 4096)
+    monkeypatch.syspath_prepend(str(tmp_path / "proj"))
+    mod = importlib.import_module("travelling_mod")
+
+    def req(fn: Any, **env: Any) -> JobRequest:
+        return JobRequest(name="x", entrypoint=Entrypoint(callable=fn), environment=EnvironmentConfig(**env) if env else None)
+
+    assert code_runtime_env(req(mod.main))["working_dir"] == str(tmp_path / "proj")
+    assert code_runtime_env(req(json.JSONEncoder)) == {}  # installed: nothing travels
+    assert code_runtime_env(req(json.JSONEncoder, working_dir=str(tmp_path)))["working_dir"] == str(tmp_path)
+    with pytest.raises(ValueError, match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to ship.*EnvironmentConfig\\(working_dir=DIR\\)"):
+        code_runtime_env(req(mod.main), limit=1024)
