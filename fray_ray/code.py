@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
@@ -27,10 +28,11 @@ _SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".mypy_cache", "
 _OWN = ("fray_core", "fray_local", "fray_ray", "ray")  # installed on every machine of a Fray-on-Ray cluster
 
 
-def _installed_prefixes() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _installed_prefixes() -> tuple[str, ...]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     paths.update(p for p in sysconfig.get_paths().values() if p)
-    return [os.path.realpath(p) for p in paths]
+    return tuple(os.path.realpath(p) for p in paths)
 
 
 def code_root(module: str) -> str | None:
@@ -55,6 +57,21 @@ def code_root(module: str) -> str | None:
     if any(root == p or root.startswith(p + os.sep) for p in _installed_prefixes()):
         return None
     return root
+
+
+def _loaded_code_root() -> str | None:
+    """The client directory most of this process's loaded, not installed modules come from (``None``: none)."""
+    counts: dict[str, int] = {}
+    for name in list(sys.modules):
+        if "." in name or name.startswith("_") or name in ("__main__", "__mp_main__"):
+            continue
+        try:
+            root = code_root(name)
+        except Exception:  # an odd module object: not ours to ship
+            continue
+        if root is not None:
+            counts[root] = counts.get(root, 0) + 1
+    return max(sorted(counts), key=lambda r: counts[r]) if counts else None
 
 
 def _size(root: str, limit: int) -> int:
@@ -95,6 +112,13 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         if _size(root, limit) > limit:
             return out  # too big to ship whole: the function itself still travels
         what = "the script's folder"
+    elif module.split(".")[0] in _OWN:
+        # Fray's own entrypoint (a held session's worker): the functions come later, from the client's own
+        # modules; ship the client directory most of its loaded modules come from, when it is not too big
+        root = _loaded_code_root()
+        if root is None or _size(root, limit) > limit:
+            return out
+        what = "the client's code"
     else:
         root, what = code_root(module), f"the code of {module}"
         if root is None:

@@ -54,6 +54,7 @@ _PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999), whi
 _used_ports: set[int] = set()
 _port_lock = threading.Lock()
 _next_port = itertools.count(random.randrange(*_PORT_RANGE))
+_env_dirs = itertools.count()  # each emulated host's own runtime_env dir (a restored slice may reuse a name)
 
 
 def _fresh_port() -> int:
@@ -167,6 +168,9 @@ class FakeTpuCluster:
                 try:
                     for w in range(spec.hosts):
                         args = {**tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels), **_fresh_ports()}
+                        # each host its own runtime_env files (a job's shipped code), as on its own disk: a
+                        # removed node's agent deletes what it unpacked, which other hosts would be using
+                        args["runtime_env_dir_name"] = f"runtime_resources_{name}_h{w}_{next(_env_dirs)}"
                         nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
                     self.ray_cluster._shutdown_at_exit = True
