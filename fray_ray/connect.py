@@ -76,7 +76,7 @@ def check_ray_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     try:
         with socket.create_connection((host, port), timeout=max(0.1, min(5.0, end - time.monotonic()))):
             pass
-    except socket.timeout:
+    except TimeoutError:
         raise RayConnectionError(f"cannot reach the Ray cluster at {address}: no answer within {min(5.0, timeout):g} s (wrong address, or a firewall)") from None
     except OSError as e:
         why = "connection refused (nothing listens there: is the head node up, and is this its GCS port, 6379 by default?)" if e.errno == errno.ECONNREFUSED else (e.strerror or str(e))

@@ -116,7 +116,8 @@ def test_only_a_vfio_group_of_googles_vendor_id_is_a_tpu(tmp_path: Path) -> None
         with open(path) as f:
             holder = subprocess.Popen(["sleep", "30"], stdin=f)
         try:
-            wait_for(lambda: os.path.exists(f"/proc/{holder.pid}/fd/0"), timeout=10, what="the holder to start")
+            fd0 = f"/proc/{holder.pid}/fd/0"
+            wait_for(lambda: os.path.exists(fd0), timeout=10, what="the holder to start")  # noqa: B023 (used at once)
             found = device_holders(str(tmp_path / "no-lockfile"), devices=tpu_devices(str(dev), str(sysfs)))
             assert (holder.pid, str(path)) in found if busy else found == [], found
         finally:

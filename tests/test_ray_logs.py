@@ -9,7 +9,6 @@ import os
 import subprocess
 import threading
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
