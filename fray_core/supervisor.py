@@ -17,13 +17,13 @@ uploaded to a remote store -- is here::
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from fray_core._logupload import append_upload
 from fray_core.cluster import Cluster
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
@@ -101,6 +101,8 @@ class Supervisor:
         self._go = threading.Event()
         self._abandoned = False
         self._final_written = False
+        self._upload_lock = threading.Lock()  # the periodic upload and the final one must not append the same bytes
+        self._uploaded = 0  # bytes of the log the remote store's copy has
 
     @property
     def job_id(self) -> JobId:
@@ -205,12 +207,16 @@ class Supervisor:
             self.log.write(tag, line)
 
     def upload_log(self) -> None:
-        """Copy the job's log to a remote store (``gs://``): it is written locally, where the hosts' lines arrive."""
+        """Send the job's log to a remote store (``gs://``): it is written locally, where the hosts' lines
+        arrive, and the store's copy gets only the bytes written since the last upload (never the whole log
+        again: that was quadratic in the log's length, see ``fray_core._logupload``)."""
         try:
-            with open(self.log.path, "rb") as src, self.store.fs.open(self.store.log_path(self.job_id), "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with self._upload_lock:
+                self._uploaded = append_upload(
+                    self.store.fs, self.log.path, self.store.log_path(self.job_id), self._uploaded
+                )
         except OSError:
-            pass  # the next upload (or the final one) tries again
+            pass  # the store is unreachable now: the next upload (or the final one) sends these bytes too
 
     def upload_loop(self, interval: float = LOG_UPLOAD_INTERVAL) -> None:
         """Upload the log every ``interval`` seconds until the job is done (run in a thread)."""

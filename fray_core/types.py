@@ -560,6 +560,23 @@ class EnvironmentConfig:
     workspace: str | None = attrs.field(
         default=None, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v, validator=_check_workspace
     )
+    #: Ray's name for ``workspace`` (``runtime_env["working_dir"]``): give one or the other. On Ray the
+    #: directory is shipped to the cluster; without either, the directory of the entrypoint's module is, when
+    #: that module is not installed here (see ``fray_ray.code``).
+    working_dir: str | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.working_dir is None:
+            return
+        _check_workspace(self, None, self.working_dir)  # type: ignore[arg-type]
+        if self.workspace is not None and self.workspace != self.working_dir:
+            raise ValueError(
+                f"EnvironmentConfig: working_dir={self.working_dir!r} and workspace={self.workspace!r} name the same thing; give one"
+            )
+        object.__setattr__(self, "workspace", self.working_dir)
+        object.__setattr__(self, "working_dir", None)  # one field holds it: records and equality see workspace
 
     @staticmethod
     def create(

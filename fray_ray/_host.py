@@ -53,13 +53,16 @@ __all__ = [
     "host_payload",
     "run_host",
     "signal_host",
+    "tpu_devices",
 ]
 
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 LOCKFILE_ENV = "FRAY_TPU_LOCKFILE"  # where libtpu keeps its lockfile on this host (default LIBTPU_LOCKFILE)
-TPU_DEVICE_GLOBS = ("/dev/vfio/[0-9]*", "/dev/accel*")
+TPU_PCI_VENDOR_ID = "0x1ae0"  # Google's PCI vendor id: what tells a TPU's VFIO group from another device's
 HOST_TOKEN_ENV = "FRAY_HOST_TOKEN"
 _TAIL_LINES = 20
+LOG_SEND_INTERVAL = 0.2  # seconds between a host's log batches: at most 5 calls a second to the supervisor
+LOG_PENDING_MAX = 20_000  # lines a host keeps while the supervisor is behind; older ones are dropped (counted)
 _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
 
 
@@ -84,10 +87,35 @@ class TpuBusyError(HostPreemptedError):
     now, as when libtpu says "TPU is already in use". Retryable, not the user's fault."""
 
 
-def device_holders(lockfile: str = LIBTPU_LOCKFILE, exclude: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
-    """``(pid, path)`` of the processes (other than ``exclude``) that hold the TPU device or libtpu's
-    lockfile open, from ``/proc/*/fd``. Empty when neither exists (an emulated host)."""
-    targets = {os.path.realpath(p) for pattern in TPU_DEVICE_GLOBS for p in glob.glob(pattern)}
+def tpu_devices(dev: str = "/dev", iommu_groups: str = "/sys/kernel/iommu_groups") -> list[str]:
+    """This host's TPU device files, told apart as Ray does: ``/dev/accel*`` character devices (not the
+    ``/dev/accel/`` directory newer NVIDIA drivers make), else the ``/dev/vfio/<group>`` whose IOMMU group
+    holds a device of Google's PCI vendor id. Any other VFIO device (a NIC's, a DPU's) is not a TPU.
+
+    >>> tpu_devices("/nonexistent")
+    []
+    """
+    accel = sorted(p for p in glob.glob(os.path.join(dev, "accel*")) if not os.path.isdir(p))
+    if accel:
+        return accel
+    out = []
+    for group in sorted(glob.glob(os.path.join(dev, "vfio", "[0-9]*"))):
+        for vendor in glob.glob(os.path.join(iommu_groups, os.path.basename(group), "devices", "*", "vendor")):
+            try:
+                with open(vendor, encoding="ascii") as f:
+                    if f.read().strip().lower() == TPU_PCI_VENDOR_ID:
+                        out.append(group)
+                        break
+            except (OSError, UnicodeDecodeError):
+                continue  # unreadable: not known to be a TPU (Ray fails closed the same way)
+    return out
+
+
+def device_holders(lockfile: str = LIBTPU_LOCKFILE, exclude: frozenset[int] = frozenset(), devices: list[str] | None = None) -> list[tuple[int, str]]:
+    """``(pid, path)`` of the processes (other than ``exclude``) that hold the TPU device (``devices``,
+    default :func:`tpu_devices`) or libtpu's lockfile open, from ``/proc/*/fd``. Empty when neither exists
+    (an emulated host)."""
+    targets = {os.path.realpath(p) for p in (tpu_devices() if devices is None else devices)}
     if os.path.exists(lockfile):
         targets.add(os.path.realpath(lockfile))
     if not targets:
@@ -287,6 +315,7 @@ class _LogPump:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._last_send: Any = None
+        self._dropped = 0
         sys.stdout.flush()
         sys.stderr.flush()
         self._orig_out = os.dup(1)
@@ -304,6 +333,9 @@ class _LogPump:
     def feed(self, line: str) -> None:
         with self._lock:
             self._pending.append(line)
+            if len(self._pending) > LOG_PENDING_MAX:  # the supervisor is far behind: memory stays bounded
+                del self._pending[: len(self._pending) - LOG_PENDING_MAX]
+                self._dropped += 1
         self.tail.append(line)
 
     def _read(self) -> None:
@@ -312,14 +344,23 @@ class _LogPump:
                 os.write(self._orig_out, raw)
                 self.feed(raw.decode("utf-8", "replace").rstrip("\n"))
 
-    def _flush(self) -> None:
+    def _flush(self, last: bool = False) -> None:
+        import ray
+
+        if self.supervisor is None:
+            return
+        if not last and self._last_send is not None and not ray.wait([self._last_send], timeout=0, fetch_local=False)[0]:
+            return  # one batch in flight at a time: the lines wait here (bounded), not in Ray's queues
         with self._lock:
             lines, self._pending = self._pending, []
-        if lines and self.supervisor is not None:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            lines.insert(0, f"[fray] {dropped} line(s) of this host dropped: the job's supervisor could not keep up")
+        if lines:
             self._last_send = self.supervisor.append_log.remote(self.tag, lines)
 
     def _send_loop(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(LOG_SEND_INTERVAL):
             self._flush()
 
     def close(self) -> None:
@@ -332,7 +373,7 @@ class _LogPump:
         self._reader.join(5.0)
         self._stop.set()
         self._sender.join(5.0)
-        self._flush()
+        self._flush(last=True)
         if self._last_send is not None:
             try:
                 ray.get(self._last_send, timeout=10.0)
@@ -387,7 +428,12 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             sys.path.insert(0, p)
     if os.path.isdir(config.cwd):
         os.chdir(config.cwd)
+    # The node's own TPU identity wins over the one the runner computed: on a labelled cluster they agree
+    # (host h is bound to worker h), on a label-less one only worker 0 is known, and the node's topology is
+    # the slice's real shape.
+    own = {k: os.environ[k] for k in ("TPU_WORKER_ID", "TPU_TOPOLOGY") if k in env and os.environ.get(k)}
     os.environ.update(env)
+    os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
     pump = _LogPump(tag, config.supervisor)
     reaper = _Reaper()

@@ -19,8 +19,6 @@ cluster can ``poll``/``wait``/``terminate``/``logs`` it by id. Records and logs 
 from __future__ import annotations
 
 import atexit
-import os
-import sys
 import threading
 import time
 import weakref
@@ -38,8 +36,10 @@ from fray_core.scheduling import Quarantine
 from fray_core.supervisor import RecordCluster, check_picklable, launch_error
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_ray._host import gce_preempted
+from fray_ray.code import code_runtime_env, upload_code
+from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
-from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, supervisor_name
+from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, start_error_key, supervisor_name
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
@@ -50,11 +50,15 @@ TERMINATE_TIMEOUT = 60.0
 # ``launch`` writes the PENDING record, then creates the supervisor: another thread or process polling in
 # between must not call the job's supervisor gone. Once the supervisor wrote the record, no grace.
 SUPERVISOR_START_GRACE = 30.0
+STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 
-_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS})(JobSupervisor)  # not settable in .options()
+# Not settable in .options(): the concurrency groups. No task events: a supervisor's calls (a log batch from
+# every host several times a second, each client's waits) would fill Ray's task-event buffers and its
+# dashboard with Fray's own traffic.
+_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
 
 
 class RayCluster(RecordCluster):
@@ -121,8 +125,11 @@ class RayCluster(RecordCluster):
                 raise ValueError(f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not 'KEY=VALUE' (a node label)")
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         if not ray.is_initialized():
-            ray.init(address=address, logging_level="WARNING", configure_logging=True)
+            _connect(address)
         self.address = address
+        #: The cluster's GCS address as this process is connected to it: kept in every job record, so any
+        #: client (a CLI with no flags after Ctrl-C) finds the cluster a job ran on.
+        self.gcs_address = _gcs_address() or resolve_address(address) or ""
         self.namespace = namespace or DEFAULT_NAMESPACE
         self.policy = retry_policy or DEFAULT_RAY_POLICY
         self.non_preemptible_resource = non_preemptible_resource
@@ -130,11 +137,18 @@ class RayCluster(RecordCluster):
         self.autoscaling = autoscaling
         self.store = JobStore(jobs_dir or self._shared_jobs_dir())
         self.spec = "ray" if address in (None, "auto") else f"ray?address={address}"
+        #: The spec that reaches this cluster from anywhere (its real address), as job records keep it.
+        self.record_spec = f"ray?address={self.gcs_address}" if self.gcs_address else self.spec
+        if self.namespace != DEFAULT_NAMESPACE:
+            self.record_spec += f"{'&' if '?' in self.record_spec else '?'}namespace={self.namespace}"
         self.warm_supervisor = warm_supervisor
         self._standby: tuple[str, Any, float] | None = None
         self._standby_lock = threading.Lock()
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
+        self._store_ok = False  # the head has read this store (see _check_store)
+        self._standby_env: dict[str, Any] = {}  # the runtime_env the warm supervisor was started with
+        self._last_env: dict[str, Any] = {}  # the last launched job's
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -171,6 +185,7 @@ class RayCluster(RecordCluster):
                 "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
+        runtime_env = upload_code(code_runtime_env(request))  # the user's code, shipped (refused here when too big)
         try:
             job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
         except OSError as e:
@@ -180,10 +195,14 @@ class RayCluster(RecordCluster):
         )
         settings = {
             "jobs_dir": self.store.root,
-            "sys_path": [os.getcwd()] + [p for p in sys.path if p],
-            "cwd": os.getcwd(),
+            # No client path: on another machine it does not exist. The code travels in the runtime_env.
+            "sys_path": [],
+            "cwd": "",
+            "runtime_env": runtime_env,
             "policy": self.policy,
             "namespace": self.namespace,
+            "address": self.gcs_address,
+            "cluster": self.record_spec,
             "non_preemptible_resource": self.non_preemptible_resource,
             "preemption_probe": self.preemption_probe,
             "autoscaling": self.autoscaling,
@@ -192,13 +211,19 @@ class RayCluster(RecordCluster):
             "queue_ttl": self.queue_ttl,
         }
         job = (job_id, request_bytes, settings)
+        if not self._store_ok:
+            self._check_store(info)
         with self._standby_lock:  # launch may be called from several threads
             standby, self._standby = self._standby, None
+            if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
+                self._standby = standby
+                standby = None
+            self._last_env = runtime_env
         try:
             if not (standby is not None and self._hand_over(standby, info, job)):
                 name = supervisor_name()
-                self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
-                self._supervisor_options(name).remote(name, job=job)  # the job rides on the actor's creation
+                self.store.write(info, owner=self._owner(name))
+                self._supervisor_options(name, runtime_env).remote(name, job=job)  # the job rides on the actor's creation
         except BaseException as e:  # nothing started: leave no PENDING record behind
             self.store.discard(job_id)
             err = launch_error(e, self.store)
@@ -236,12 +261,22 @@ class RayCluster(RecordCluster):
                     "non_preemptible_resource": self.non_preemptible_resource,
                     "quarantine": self.quarantine,
                 }
-                self._standby = (name, self._supervisor_options(name).remote(name, warm=warm), time.monotonic())
+                # with the last job's code (the next job from this client most likely has the same)
+                self._standby_env = self._last_env
+                self._standby = (name, self._supervisor_options(name, self._standby_env).remote(name, warm=warm), time.monotonic())
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
 
-    def _supervisor_options(self, name: str) -> Any:
+    def _owner(self, actor: str) -> dict[str, str]:
+        """The record's ``owner``: the job's supervisor actor, its namespace, and the cluster's address and
+        spec (``fray logs/stop/status ID`` reach the cluster from the record alone)."""
+        return {"ray_actor": actor, "namespace": self.namespace, "address": self.gcs_address, "cluster": self.record_spec}
+
+    def _supervisor_options(self, name: str, runtime_env: dict[str, Any] | None = None) -> Any:
+        """The supervisor actor's options; ``runtime_env``: the job's code and packages (its host tasks and
+        the tasks they start inherit it), uploaded from this client by Ray."""
         return _Supervisor.options(
+            runtime_env=runtime_env or None,
             name=name,
             namespace=self.namespace,
             lifetime="detached",
@@ -259,7 +294,7 @@ class RayCluster(RecordCluster):
         """
         name, actor, started = standby
         if time.monotonic() - started < STANDBY_IDLE_TIMEOUT / 2:  # else: near its idle expiry, do not race it
-            self.store.write(info, owner={"ray_actor": name, "namespace": self.namespace})
+            self.store.write(info, owner=self._owner(name))
             try:
                 if ray.get(actor.start.remote(*job), timeout=HAND_OVER_TIMEOUT):
                     return True
@@ -321,10 +356,15 @@ class RayCluster(RecordCluster):
             return None
 
     def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
-        """A job whose supervisor actor is gone is FAILED, whatever its record says (not while the actor may
-        still be starting: ``launch`` writes the PENDING record before it creates the actor)."""
+        """A job whose supervisor could not start it (and said why in Ray's KV store) or whose supervisor
+        actor is gone is FAILED, whatever its record says (not while the actor may still be starting:
+        ``launch`` writes the PENDING record before it creates the actor)."""
         if record.get("backend") != "ray":
             return None
+        if info.status is JobStatus.PENDING and not info.attempts:
+            start_error = self._start_error(str(info.job_id))
+            if start_error is not None:
+                return start_error
         if not (info.attempts or info.status is not JobStatus.PENDING or time.time() - info.submitted_at > SUPERVISOR_START_GRACE):
             return None
         if self._supervisor(str(info.job_id), record) is not None:
@@ -333,6 +373,49 @@ class RayCluster(RecordCluster):
             f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
             "before the job ended: its node died or the Ray cluster restarted"
         )
+
+    def _start_error(self, job_id: str) -> str | None:
+        """Why the job's supervisor could not start it, as it left it in Ray's KV store (see supervisor.py)."""
+        try:
+            from ray.experimental import internal_kv
+
+            found = internal_kv._internal_kv_get(start_error_key(job_id), namespace=self.namespace)
+        except Exception:  # KV unavailable (Ray client mode)
+            return None
+        return found.decode() if found else None
+
+    def _check_store(self, info: JobInfo) -> None:
+        """Once per client and store: the cluster's head (where supervisors run) can read this job's record,
+        else ``launch`` fails here naming the store, instead of a job that never starts. A head that read
+        the store once is remembered in Ray's KV store, so later clients skip the check."""
+        key = b"fray:store-ok:" + self.store.root.encode()
+        from ray.experimental import internal_kv
+
+        try:
+            if self._store_ok or internal_kv._internal_kv_get(key, namespace=self.namespace):
+                self._store_ok = True
+                return
+        except Exception:
+            return  # KV unavailable (Ray client mode): the supervisor's own start-up check decides
+        self.store.write(info, owner=self._owner(""))
+        ref = _probe_store.options(resources={self.non_preemptible_resource: 0.001}).remote(self.store.root, str(info.job_id))
+        try:
+            problem = ray.get(ref, timeout=STORE_CHECK_TIMEOUT)
+        except Exception:  # the head is slow or busy: the supervisor's own start-up check decides
+            ray.cancel(ref, force=True)
+            return
+        if problem is None:
+            self._store_ok = True
+            internal_kv._internal_kv_put(key, b"1", overwrite=True, namespace=self.namespace)
+            return
+        reason = (
+            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store {self.store.root!r}: {problem}. "
+            "Its supervisors run on the head node: give a store every machine reaches (jobs_dir='gs://BUCKET/fray', or a shared path)"
+        )
+        info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
+        self.store.write(info, owner=self._owner(""))
+        raise FrayError(reason)
+
 
     # ------------------------------------------------------------------------------------- terminate
 
@@ -359,6 +442,48 @@ class RayCluster(RecordCluster):
         from fray_ray.context import RayJobContext
 
         return RayJobContext(namespace=self.namespace, non_preemptible_resource=self.non_preemptible_resource)
+
+
+@ray.remote(num_cpus=0, max_retries=0, enable_task_events=False)
+def _probe_store(root: str, job_id: str) -> str | None:
+    """Run where the supervisors run: ``None`` if the job's record can be read from the store there, else why not."""
+    try:
+        from fray_core.records import JobStore
+
+        JobStore(root).read(job_id)
+        return None
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def _connect(address: str | None) -> None:
+    """``ray.init``, after :func:`~fray_ray.connect.check_ray_address` made sure, within seconds, that the
+    address answers as a Ray cluster this client can use (``ray.init`` alone retries for minutes)."""
+    target = resolve_address(address)
+    if target is not None:
+        check_ray_address(target)
+    try:
+        # log_to_driver off: every host line reaches a client once, rank-prefixed, through the job's log
+        # (Ray's copy came on top of it, unprefixed, to whichever driver launched the job)
+        ray.init(address=address, logging_level="WARNING", configure_logging=True, log_to_driver=False)
+    except ConnectionError as e:  # "auto" with no local cluster, or a cluster gone since the check
+        raise RayConnectionError(f"cannot connect to the Ray cluster at {target or address or 'auto'}: {_first_line(e)}") from None
+    except RuntimeError as e:
+        if "version" in str(e).lower():  # Ray's own check (a patch-level Python difference)
+            raise RayConnectionError(f"version mismatch with the Ray cluster at {target or address}: {_first_line(e)}") from None
+        raise
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _gcs_address() -> str | None:
+    """The GCS address this process is connected to."""
+    try:
+        return ray.get_runtime_context().gcs_address or None
+    except Exception:  # an older Ray without it, or Ray client mode
+        return None
 
 
 def _close_at_exit(ref: weakref.ref[RayCluster]) -> None:

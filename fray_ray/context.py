@@ -69,26 +69,15 @@ class RayJobContext(JobContext):
         self.non_preemptible_resource = non_preemptible_resource
         self._remote_fns: dict[Any, Any] = {}
         self._lock = threading.Lock()
-        # Ray pickles functions and classes of importable modules by reference; its workers only know the
-        # driver's script dir and cwd. Give them this process's code dirs, so a function or actor class
-        # defined in the user's module (or a test module) imports there as it does here.
-        paths = code_paths()
-        self._options: dict[str, Any] = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}}} if paths else {}
+        # No client path on the workers' sys.path (on another machine it does not exist): inside a job, the
+        # tasks and actors started here inherit the job's runtime_env, which carries its code (fray_ray.code).
+        self._options: dict[str, Any] = {}
         self._task_options = self._merged(ray_options or {})
 
     def _merged(self, ray_options: dict[str, Any]) -> dict[str, Any]:
-        """Task options: the user's, with this process's code dirs on PYTHONPATH and JAX_PLATFORMS=cpu for
-        CPU-only tasks (a CPU task on a TPU host must not take the TPU from the job there)."""
-        opts = dict(ray_options)
-        env = dict(opts.get("runtime_env") or {})
-        env_vars = dict(env.get("env_vars") or {})
-        for k, v in self._options.get("runtime_env", {}).get("env_vars", {}).items():
-            env_vars.setdefault(k, v)
-        if env_vars:
-            env["env_vars"] = env_vars
-        if env:
-            opts["runtime_env"] = env
-        return apply_default_jax_platforms(opts)
+        """Task options: the user's, with JAX_PLATFORMS=cpu for CPU-only tasks (a CPU task on a TPU host must
+        not take the TPU from the job there)."""
+        return apply_default_jax_platforms(dict(ray_options))
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         with self._lock:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import os
 import re
 import signal
 import threading
@@ -50,7 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from fray_core.errors import HostPreempted, Unschedulable
 from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.scheduling import pending_reason
-from fray_core.tpu import get_tpu_spec
+from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
 from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, host_payload, run_host, signal_host
 from fray_ray.scheduler import SchedulerClient, job_label, missing_slices
@@ -78,6 +79,7 @@ _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
+TOPOLOGY_LABEL = "ray.io/tpu-topology"
 INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
@@ -87,6 +89,100 @@ TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again eve
 TRANSIT_STEP = 0.05
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
 _HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placement group (see _acquire_tpu)
+_HEAD_RESOURCE = re.compile(r"^TPU-(.+)-head$")
+# Resources Ray itself gives a node: never a slice name (see :func:`discover_slices`).
+_RAY_RESOURCES = frozenset({"CPU", "GPU", "TPU", "memory", "object_store_memory"})
+
+
+@attrs.frozen
+class TpuSlice:
+    """One TPU slice as the cluster shows it (:func:`discover_slices`): ``hosts`` maps each live node id
+    to its worker id (``None``: not known, a label-less host other than worker 0); ``head``: worker 0's node
+    id (``""``: not alive); ``topology``: the ``ray.io/tpu-topology`` label (``None``: not labelled);
+    ``labelled``: every host carries the ``ray.io/tpu-*`` labels (claimed by label selectors, else by the
+    slice-name resource); ``tpu_per_host``: worker 0's ``TPU`` resource (chips x ``RAY_TPU_RESOURCE_PER_CHIP``)."""
+
+    name: str
+    pod_type: str
+    hosts: dict[str, str | None]
+    head: str
+    topology: str | None
+    labelled: bool
+    tpu_per_host: float
+
+
+def _is_slice_resource(key: str, value: float) -> bool:
+    """Could this node resource be a slice name (Ray's ``<TPU_NAME>: 1``)?"""
+    return (
+        value == 1.0
+        and key not in _RAY_RESOURCES
+        and not key.startswith(("node:", "accelerator_type:"))
+        and "_group_" not in key  # a placement group's bundle
+        and not _HEAD_RESOURCE.match(key)
+    )
+
+
+def discover_slices(nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
+    """The TPU slices of a live node table (``ray.nodes()`` entries by node id), by name.
+
+    A host carrying the ``ray.io/tpu-*`` labels says it all. Without them (KubeRay without its webhook,
+    older Ray) a slice is found from the resources Ray gives every TPU VM: worker 0 has ``TPU-<type>-head``,
+    and every host of the slice the slice-name resource ``<TPU_NAME>: 1``; the worker ids of the other hosts
+    are then unknown.
+
+    >>> head = {"Resources": {"TPU": 4.0, "TPU-v4-16-head": 1.0, "s1": 1.0, "CPU": 1.0}, "Labels": {}}
+    >>> other = {"Resources": {"TPU": 4.0, "s1": 1.0, "CPU": 1.0}, "Labels": {}}
+    >>> sorted(discover_slices({"n0": head, "n1": other})["s1"].hosts.items())
+    [('n0', '0'), ('n1', None)]
+    """
+    found: dict[str, dict[str, Any]] = {}
+    unlabelled: list[tuple[str, dict[str, float]]] = []
+    for nid, n in nodes.items():
+        labels = n.get("Labels") or {}
+        res = n.get("Resources") or {}
+        name = labels.get(SLICE_NAME_LABEL)
+        if name and labels.get(POD_TYPE_LABEL):
+            s = found.setdefault(name, {"hosts": {}, "head": "", "labelled": True, "tpu": 0.0, "pod": "", "topology": None})
+            wid = labels.get(WORKER_ID_LABEL)
+            s["hosts"][nid] = wid
+            s["pod"] = s["pod"] or normalize_tpu_type(labels[POD_TYPE_LABEL])
+            s["topology"] = s["topology"] or labels.get(TOPOLOGY_LABEL)
+            if wid == "0":
+                s["head"], s["tpu"] = nid, float(res.get("TPU", 0.0))
+        elif res.get("TPU"):
+            unlabelled.append((nid, res))
+    if unlabelled:
+        # Worker 0s first: their head resource names the pod type, and the slice name is a resource of
+        # theirs that no other worker 0 has (a slice has one), shared with the slice's other hosts (the one
+        # most TPU hosts carry, should a node have more such resources).
+        counts: dict[str, int] = {}
+        on_heads: dict[str, int] = {}
+        for _, res in unlabelled:
+            head = any(_HEAD_RESOURCE.match(k) for k in res)
+            for key, value in res.items():
+                if _is_slice_resource(key, value):
+                    counts[key] = counts.get(key, 0) + 1
+                    on_heads[key] = on_heads.get(key, 0) + head
+        for nid, res in unlabelled:
+            heads = [m.group(1) for key in res if (m := _HEAD_RESOURCE.match(key))]
+            names = sorted(
+                (k for k, v in res.items() if _is_slice_resource(k, v) and k not in found and on_heads[k] == 1), key=lambda k: (-counts[k], k)
+            )
+            if heads and names:
+                found[names[0]] = {"hosts": {nid: "0"}, "head": nid, "labelled": False, "tpu": float(res["TPU"]), "pod": normalize_tpu_type(heads[0]), "topology": None}
+        for nid, res in unlabelled:
+            if any(nid in s["hosts"] for s in found.values()):
+                continue
+            for key in sorted(res):
+                s = found.get(key)
+                if s is not None and not s["labelled"] and res[key] == 1.0:
+                    s["hosts"][nid] = None
+                    break
+    return {
+        name: TpuSlice(name, s["pod"], s["hosts"], s["head"], s["topology"], s["labelled"], s["tpu"])
+        for name, s in found.items()
+        if s["pod"]
+    }
 
 
 @attrs.define(eq=False)
@@ -100,6 +196,8 @@ class _Reservation:
     nodes: frozenset[str] = frozenset()
     lost: str | None = None
     node_died: bool = False
+    host_nodes: tuple[str, ...] = ()  # bundle h's node id: the host's hardware identity (quarantine)
+    tpu_per_host: float = 0.0  # the ``TPU`` resource each host task asks for (0: not a TPU lease)
 
     def remove(self) -> None:
         if self.removed:
@@ -123,6 +221,8 @@ class _View:
     holders: dict[str, str]
     incomplete: list[str]
     nodes: dict[str, dict[str, Any]]
+    slices: dict[str, TpuSlice] = attrs.field(factory=dict)  # the alive ones, by name
+    mismatched: list[str] = attrs.field(factory=list)  # slices of the type with another topology (label)
 
 
 @attrs.define(eq=False)
@@ -192,6 +292,7 @@ class RaySliceProvider(SliceProvider):
         self._released: set[str] = set()  # ids of the groups this job released, until its next acquire saw them gone
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
         self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
+        self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -211,26 +312,35 @@ class RaySliceProvider(SliceProvider):
         key, _, value = self.non_preemptible_tpu_label.partition("=")
         return {key.strip(): value.strip()}
 
-    def _view(self, tpu_type: str, label: dict[str, str], holders: bool = True) -> _View:
-        """The slices of this type (with ``label``) in the cluster, from Ray's own state (see :class:`_View`);
-        ``holders=False``: not who holds the busy ones."""
+    def _view(self, tpu_type: str, label: dict[str, str], holders: bool = True, topology: str | None = None) -> _View:
+        """The slices of this type (with ``label``, and ``topology``: default the type's) in the cluster, from
+        Ray's own state (see :class:`_View`); ``holders=False``: not who holds the busy ones."""
         spec = get_tpu_spec(tpu_type)
-        want = {POD_TYPE_LABEL: spec.name, WORKER_ID_LABEL: "0", **label}
+        topology = topology or spec.topology
         nodes = _node_table()
-        heads = {}
-        workers: dict[str, set[str]] = {}  # slice name -> the worker ids of its live hosts
-        for nid, n in nodes.items():
-            labels = n.get("Labels") or {}
-            name = labels.get(SLICE_NAME_LABEL)
-            if name and labels.get(POD_TYPE_LABEL) == spec.name:
-                workers.setdefault(name, set()).add(labels.get(WORKER_ID_LABEL, ""))
-                if want.items() <= labels.items():
-                    heads[nid] = name
-        # a slice with a host down is no capacity: its host group could never be placed, and a job that
-        # kept claiming its head would wait on it forever
         every_host = {str(h) for h in range(spec.hosts)}
-        incomplete = sorted(n for n, ids in workers.items() if not ids >= every_host and (not label or n in heads.values()))
-        heads = {nid: name for nid, name in heads.items() if workers[name] >= every_host}
+        heads = {}
+        incomplete = []
+        slices: dict[str, TpuSlice] = {}
+        mismatched = []
+        for name, s in discover_slices(nodes).items():
+            if s.pod_type != spec.name:
+                continue
+            if s.topology is not None and s.topology != topology:
+                mismatched.append(name)  # same type, another shape: its hosts would get a wrong TPU_TOPOLOGY
+                continue
+            head_ok = bool(s.head) and label.items() <= (nodes[s.head].get("Labels") or {}).items()
+            # a slice with a host down is no capacity: its host group could never be placed, and a job that
+            # kept claiming its head would wait on it forever
+            whole = set(s.hosts.values()) >= every_host if s.labelled else len(s.hosts) >= spec.hosts
+            if not whole:
+                if not label or head_ok:
+                    incomplete.append(name)
+                continue
+            if head_ok:
+                heads[s.head] = name
+                slices[name] = s
+        incomplete.sort()
         avail = available_resources_per_node()
         free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
         held: dict[str, str] = {}
@@ -247,7 +357,7 @@ class RaySliceProvider(SliceProvider):
                         if job:
                             held[name] = job
                             break
-        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes)
+        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched))
 
     def _group_job(self, group_id: str) -> str:
         """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
@@ -263,11 +373,23 @@ class RaySliceProvider(SliceProvider):
         return job
 
     def _admit(
-        self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], alive: list[str], free: list[str], holders: dict[str, str], incomplete: list[str]
+        self,
+        spec_name: str,
+        kind: str,
+        counts: Sequence[int],
+        label: dict[str, str],
+        alive: list[str],
+        free: list[str],
+        holders: dict[str, str],
+        incomplete: list[str],
+        members: dict[str, list[str]] | None = None,
     ) -> tuple[int, list[str]] | Unschedulable:
         """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
-        now and the slices not to take, or why the job waits."""
-        answer = self.scheduler.call("acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete, self.submitted_at)
+        now and the slices not to take, or why the job waits. ``members``: each slice's node ids (its
+        hardware, which quarantine is keyed by)."""
+        answer = self.scheduler.call(
+            "acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete, self.submitted_at, members
+        )
         message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]
@@ -293,8 +415,9 @@ class RaySliceProvider(SliceProvider):
         quarantined, not reserved for an older queued job): how an elastic job knows it could grow (see
         ``SliceProvider``). Without a scheduler's answer: the free slices."""
         spec = get_tpu_spec(tpu_type)
-        free = self._view(spec.name, self._job_label, holders=False).free
-        answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free)
+        view = self._view(spec.name, self._job_label, holders=False, topology=self._topology)
+        free = view.free
+        answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free, _members(view))
         return len(free) if answer is None else int(answer)
 
     @staticmethod
@@ -306,8 +429,11 @@ class RaySliceProvider(SliceProvider):
         spec = get_tpu_spec(tpu.type)
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
+        self._topology = tpu.resolved_topology
+        if self._topology != spec.topology:
+            kind += f" ({self._topology})"
         while True:
-            view = self._view(spec.name, label)
+            view = self._view(spec.name, label, topology=self._topology)
             alive, free, holders, incomplete = view.alive, view.free, view.holders, view.incomplete
             total = len(alive) + len(incomplete)  # a slice with a host down still exists: it may come back whole
             seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
@@ -317,7 +443,7 @@ class RaySliceProvider(SliceProvider):
                     "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                     permanent=True,
                 )
-            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders, incomplete)
+            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view))
             if not isinstance(admitted, Unschedulable):
                 break
             if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
@@ -325,7 +451,10 @@ class RaySliceProvider(SliceProvider):
                 raise admitted
             time.sleep(TRANSIT_STEP)
         count, exclude = admitted
-        leases = self._claim(spec.name, count, deadline, label, exclude, len(free), total, view.nodes)
+        if any(not view.slices[n].labelled for n in free):
+            leases = self._claim_by_resources(spec.name, count, deadline, [n for n in free if n not in exclude], len(free), total, view)
+        else:
+            leases = self._claim(spec.name, count, deadline, label, exclude + view.mismatched, len(free), total, view.nodes, view.slices)
         self.scheduler.notify("claimed", self.job_id)
         return leases
 
@@ -349,6 +478,7 @@ class RaySliceProvider(SliceProvider):
         free: int,
         total: int,
         nodes: dict[str, dict[str, Any]],
+        slices: dict[str, TpuSlice] | None = None,
     ) -> list[SliceLease]:
         """Reserve ``count`` slices (heads, then hosts; see module doc), none of those in ``exclude``.
         ``nodes``: the live node table the caller just read (read again only for a node not in it)."""
@@ -391,14 +521,15 @@ class RaySliceProvider(SliceProvider):
                     raise Unschedulable(f"a {spec.name} slice head has no {SLICE_NAME_LABEL} label (node {head_node})")
                 names.append(name)
                 head_nodes.append(head_node)
+            tpu = [(slices[n].tpu_per_host if slices and n in slices else 0.0) or _tpu_per_host(spec.chips_per_host) for n in names]
             workers = [
                 placement_group(
-                    [{"TPU": float(spec.chips_per_host)}] * spec.hosts,
+                    [{"TPU": tpu[i]}] * spec.hosts,
                     strategy="SPREAD",
                     bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h), **label} for h in range(spec.hosts)],
                     name=f"fray-{self.job_id}-{name}-{next(self._pg_seq)}",
                 )
-                for name in names
+                for i, name in enumerate(names)
             ]
             groups.extend(workers)
             if not self._ready(workers, wait_until, held=heads):
@@ -407,15 +538,55 @@ class RaySliceProvider(SliceProvider):
             _Reservation(groups).remove()
             raise
         leases = []
-        for name, head, head_node, worker in zip(names, heads, head_nodes, workers):
+        for name, head, head_node, worker, amount in zip(names, heads, head_nodes, workers, tpu):
             bundle_nodes = _bundle_nodes(worker)
-            addrs = tuple(node(bundle_nodes.get(h, "")).get("NodeManagerAddress", "") for h in range(spec.hosts))
+            hosts = tuple(bundle_nodes.get(h, "") for h in range(spec.hosts))
+            addrs = tuple(node(nid).get("NodeManagerAddress", "") for nid in hosts)
             held = frozenset(bundle_nodes.values()) | {head_node}
-            leases.append(
-                SliceLease(
-                    name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(_Reservation([worker, head], nodes=held), worker)
-                )
+            res = _Reservation([worker, head], nodes=held, host_nodes=hosts, tpu_per_host=amount)
+            leases.append(SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, worker)))
+        return leases
+
+    def _claim_by_resources(
+        self, tpu_type: str, count: int, deadline: float, candidates: list[str], free: int, total: int, view: _View
+    ) -> list[SliceLease]:
+        """Reserve ``count`` of the free ``candidates`` on a cluster whose slices carry no ``ray.io/tpu-*``
+        labels: one placement group per slice, bound to it by its slice-name resource, bundle 0 on worker 0
+        (the ``TPU-<type>-head`` resource, so the group holds the slice's head as the labelled claim does)."""
+        spec = get_tpu_spec(tpu_type)
+        if len(candidates) < count:
+            raise Unschedulable(
+                f"asked: {count} x {spec.name}; cluster has: {free} free, {total - free} busy",
+                held=True,
+                reason=f"claiming {count} x {spec.name}: only {len(candidates)} free slice(s) may be taken now; retrying",
             )
+        wait_until = max(deadline, time.monotonic() + RESERVE_GRACE)
+        names = candidates[:count]
+        groups = []
+        for name in names:
+            tpu = view.slices[name].tpu_per_host or _tpu_per_host(spec.chips_per_host)
+            bundles = [{"TPU": tpu, spec.head_resource: 1.0, name: 0.001}] + [{"TPU": tpu, name: 0.001}] * (spec.hosts - 1)
+            groups.append(placement_group(bundles, strategy="STRICT_SPREAD", name=f"fray-{self.job_id}-head-{next(self._pg_seq)}"))
+        try:
+            if not self._ready(groups, wait_until):
+                raise Unschedulable(
+                    f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster has: {free} free, {total - free} busy",
+                    held=True,
+                    reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
+                )
+        except BaseException:
+            _Reservation(groups).remove()
+            raise
+        nodes = view.nodes
+        leases = []
+        for name, pg in zip(names, groups):
+            bundle_nodes = _bundle_nodes(pg)
+            hosts = tuple(bundle_nodes.get(h, "") for h in range(spec.hosts))
+            if any(h not in nodes for h in hosts):
+                nodes = _node_table()
+            addrs = tuple(nodes.get(h, {}).get("NodeManagerAddress", "") for h in hosts)
+            res = _Reservation([pg], nodes=frozenset(hosts), host_nodes=hosts, tpu_per_host=bundles[0]["TPU"])
+            leases.append(SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, pg)))
         return leases
 
     def _acquire_gang(self, resources: ResourceConfig, deadline: float) -> SliceLease:
@@ -563,7 +734,7 @@ class RaySliceProvider(SliceProvider):
         attempt, s, h = spec.attempt, spec.slice_index, spec.host_index
         if is_tpu:
             tag, where = f"a{attempt} s{s}/h{h}", f"{lease.name} host {h}"
-            opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": float(get_tpu_spec(lease.device_type).chips_per_host)}}
+            opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": _lease_tpu(lease)}}
         else:
             tag, where = f"a{attempt} r{h}", f"replica {h}"
             opts = self._gang_task_options(pg, h)
@@ -668,7 +839,7 @@ class RaySliceProvider(SliceProvider):
             if isinstance(cause, _NODE_GONE):
                 run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
-                self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy")
+                self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy", _host_node(run))
             if isinstance(cause, (HostPreemptedError, HostPreempted, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
                 return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
             if task.cancelled:
@@ -725,6 +896,30 @@ class RaySliceProvider(SliceProvider):
             ).remote(process, signal.SIGTERM)
             out.append(r)
         return out
+
+
+def _members(view: _View) -> dict[str, list[str]]:
+    """Each alive slice's node ids (what quarantine is keyed by: a reused slice name is new hardware)."""
+    return {name: sorted(s.hosts) for name, s in view.slices.items()}
+
+
+def _tpu_per_host(chips: int) -> float:
+    """A host's ``TPU`` resource when the cluster does not show it: chips x ``RAY_TPU_RESOURCE_PER_CHIP``
+    (Ray's opt-in, e.g. 2 on v7x: one resource per logical device)."""
+    value = os.environ.get("RAY_TPU_RESOURCE_PER_CHIP", "1")
+    return float(chips * (int(value) if value.isdecimal() and int(value) >= 1 else 1))
+
+
+def _lease_tpu(lease: SliceLease) -> float:
+    """The ``TPU`` resource a host task of ``lease`` asks for: the whole host's, as its slice showed it."""
+    res = lease.handle[0] if lease.handle is not None else None
+    return (res.tpu_per_host if res is not None else 0.0) or _tpu_per_host(get_tpu_spec(lease.device_type).chips_per_host)
+
+
+def _host_node(run: HostRun) -> str:
+    """The node id (the hardware) the run's host was reserved on; ``""`` when not known."""
+    nodes = run.lease.handle[0].host_nodes if run.lease.handle is not None else ()
+    return nodes[run.host_index] if run.host_index < len(nodes) else ""
 
 
 def _lease_name(lease: SliceLease) -> str:

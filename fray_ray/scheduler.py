@@ -61,6 +61,23 @@ class Scheduler:
         self._queues: dict[str, FairQueue] = {}
         self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name="fray-scheduler")
         self._seen: dict[str, int] = {}  # per pool: the most slices ever seen alive
+        # Quarantine is keyed by the failed host's node id (its hardware: a restarted KubeRay pod keeps its
+        # TPU_NAME but is a new node), by the slice name only when a caller did not say the node.
+        self._hosts: dict[str, tuple[str, int]] = {}  # quarantine key -> (slice name, host index)
+
+    def _quarantined(self, alive: Sequence[str], members: dict[str, Sequence[str]] | None, now: float) -> dict[str, str]:
+        """The ``alive`` slices in quarantine now -> their quarantine key: a slice whose hardware (one of
+        its ``members`` node ids) failed, or one quarantined by name."""
+        active = self._quarantine.active(now)
+        if not active:
+            return {}
+        keys = set(active)
+        out = {}
+        for name in alive:
+            hit = [k for k in (members or {}).get(name, ()) if k in keys] or ([name] if name in keys and name not in self._hosts else [])
+            if hit:
+                out[name] = hit[0]
+        return out
 
     async def acquire(
         self,
@@ -74,16 +91,19 @@ class Scheduler:
         ttl: float,
         incomplete: Sequence[str] = (),
         since: float | None = None,
+        members: dict[str, Sequence[str]] | None = None,
     ) -> dict[str, Any]:
         """May ``job_id`` claim slices of ``pool`` now? ``counts`` largest first; ``alive``: the pool's
         slices in the cluster with every host up; ``free``: those whose head is free; ``holders``: slice
         name -> the job (name) holding it; ``incomplete``: slices with a host down (no capacity); ``since``:
-        when the job was submitted (its place in line among jobs that reach the queue out of order). Returns
+        when the job was submitted (its place in line among jobs that reach the queue out of order);
+        ``members``: each slice's node ids (quarantine follows the hardware, not the name). Returns
         ``{"count": c, "exclude": [names]}`` (claim ``c`` slices, none of the quarantined ``exclude``) or
         ``{"held": bool, "reason": str}``."""
         now = time.monotonic()
         seen = self._seen[pool] = max(self._seen.get(pool, 0), len(alive) + len(incomplete))
-        quarantined = [n for n in self._quarantine.active(now) if n in set(alive)]
+        in_quarantine = self._quarantined(alive, members, now)
+        quarantined = list(in_quarantine)
         usable = [n for n in free if n not in quarantined]
         queue = self._queues.get(pool)
         if queue is None:
@@ -101,18 +121,18 @@ class Scheduler:
             busy=len(alive) - len(free),
             holders=[holders[n] for n in alive if n in holders],
             place=queue.place(job_id, now),
-            quarantined=[self._quarantine.reason(n) for n in quarantined],
+            quarantined=[self._quarantine.reason(k, name=n) for n, k in in_quarantine.items()],
             missing=missing_slices(len(alive), seen, incomplete),
             where="cluster",
         )
         return {"held": held, "reason": reason}
 
-    async def free_for(self, job_id: str, pool: str, free: Sequence[str]) -> int:
+    async def free_for(self, job_id: str, pool: str, free: Sequence[str], members: dict[str, Sequence[str]] | None = None) -> int:
         """Of the pool's ``free`` slices, how many ``job_id`` could take now: not quarantined and not
         reserved for a job waiting in line (every waiter is ahead of a job not in line). What an elastic
         job grows into."""
         now = time.monotonic()
-        quarantined = set(self._quarantine.active(now))
+        quarantined = self._quarantined(free, members, now)
         usable = sum(1 for n in free if n not in quarantined)
         queue = self._queues.get(pool)
         return max(0, usable - queue.reserved_ahead(job_id, now)) if queue else usable
@@ -127,28 +147,38 @@ class Scheduler:
         for q in self._queues.values():
             q.leave(job_id)
 
-    async def device_failed(self, slice_name: str, host: int, what: str = "device busy") -> bool:
-        """A host of the slice could not use its device; True if this put the slice in quarantine."""
-        return self._quarantine.failed(slice_name, host, time.monotonic(), what) is not None
+    async def device_failed(self, slice_name: str, host: int, what: str = "device busy", node_id: str = "") -> bool:
+        """Host ``host`` of the slice, on node ``node_id`` (its hardware), could not use its device; True
+        if this put the slice in quarantine (until that node leaves the cluster: a slice of the same name on
+        other nodes is not quarantined)."""
+        key = node_id or slice_name
+        if node_id:
+            self._hosts[key] = (slice_name, host)
+        return self._quarantine.failed(key, host, time.monotonic(), what) is not None
 
     async def repair(self, slice_name: str) -> bool:
         """Take the slice out of quarantine and forget its device failures (an operator fixed it)."""
-        failures = self._quarantine.failures(slice_name) or {}
-        was = self._quarantine.lift(slice_name)
-        for host in list(failures):
-            self._quarantine.repaired(slice_name, host)
+        was = False
+        for key in [slice_name] + [k for k, (name, _) in self._hosts.items() if name == slice_name]:
+            failures = self._quarantine.failures(key) or {}
+            was = self._quarantine.lift(key) or was
+            for host in list(failures):
+                self._quarantine.repaired(key, host)
         return was
 
     async def state(self) -> dict[str, Any]:
-        """``{"queues": {pool: [job ids]}, "quarantined": {slice name: reason}}``."""
+        """``{"queues": {pool: [job ids]}, "quarantined": {slice name: reason}, "quarantined_hosts": {node
+        id: "<slice> host <h>"}}``."""
         now = time.monotonic()
+        active = self._quarantine.active(now)
         return {
             "queues": {pool: q.members(now) for pool, q in self._queues.items()},
-            "quarantined": {n: self._quarantine.reason(n) for n in self._quarantine.active(now)},
+            "quarantined": {self._hosts.get(k, (k, 0))[0]: self._quarantine.reason(k, name=self._hosts.get(k, (k, 0))[0]) for k in active},
+            "quarantined_hosts": {k: f"{self._hosts[k][0]} host {self._hosts[k][1]}" for k in active if k in self._hosts},
         }
 
 
-_SchedulerActor = ray.remote(Scheduler)
+_SchedulerActor = ray.remote(enable_task_events=False)(Scheduler)  # Fray's own traffic: not in Ray's task events
 
 
 class SchedulerClient:

@@ -56,6 +56,20 @@ WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits 
 SUPERVISOR_PREFIX = "fray-supervisor-"
 
 
+def start_error_key(job_id: str) -> bytes:
+    """The Ray KV key (namespace: the job's) under which a supervisor that could not start its job says why."""
+    return f"fray:start-error:{job_id}".encode()
+
+
+def _owner(actor: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``owner`` field: the supervising actor, and the cluster the job runs on (for clients that
+    know only the record: ``fray logs/stop/status ID`` with no flags)."""
+    owner = {"ray_actor": actor, "namespace": settings["namespace"]}
+    if settings.get("address"):
+        owner.update(address=settings["address"], cluster=settings.get("cluster", ""))
+    return {"owner": owner}
+
+
 def supervisor_name() -> str:
     """A fresh actor name; the job record's ``owner.ray_actor`` maps a job to its supervisor."""
     return f"{SUPERVISOR_PREFIX}{uuid.uuid4().hex[:16]}"
@@ -130,7 +144,45 @@ class JobSupervisor:
         return True
 
     def _begin(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> None:
-        """Load the request (this imports the user's modules) and run the job."""
+        """Start the job and run it. A job that cannot start (the store unreachable from here, its record
+        not found, any error before the runner runs) ends FAILED with the reason and this actor exits: never
+        a live actor beside a PENDING job."""
+        try:
+            started = self._prepare(job_id, request_bytes, settings)
+        except BaseException as e:
+            self._start_failed(job_id, settings, e)
+            return
+        if started:
+            self.supervisor.run()
+
+    def _start_failed(self, job_id: str, settings: dict[str, Any], error: BaseException) -> None:
+        """The job could not start: say why where every client looks (the record if the store works from
+        here, and Ray's KV store, which ``RayCluster.poll`` reads for a job whose supervisor is gone), exit."""
+        reason = f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store {settings.get('jobs_dir')!r}, as the cluster's head sees it)"
+        try:
+            from ray.experimental import internal_kv
+
+            internal_kv._internal_kv_put(start_error_key(job_id), reason.encode(), overwrite=True, namespace=settings.get("namespace", "fray"))
+        except Exception:
+            pass  # the client calls the supervisor gone after its grace instead
+        try:
+            from fray_core.types import JobInfo, JobStatus
+
+            info = JobInfo.from_json(self.store.read(job_id))
+            if not info.status.is_terminal():
+                info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
+                log = getattr(self, "log", None)
+                if log is not None:
+                    log.close()
+                self.store.write_final(info, **_owner(self.name, settings))
+        except Exception:
+            pass  # no store or no record here: the KV entry says it
+        self._ended.set()
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+    def _prepare(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> bool:
+        """Load the request (this imports the user's modules) and make the runner; ``False`` when the job
+        already ended (its request cannot be loaded here)."""
         if self._warming is not None:  # a job that came during the warm-up: finish it rather than do it twice
             self._warming.join(WARM_UP_JOIN)
         import cloudpickle
@@ -149,10 +201,11 @@ class JobSupervisor:
         self.settings = settings
         warm_store: JobStore | None = getattr(self, "_warm_store", None)
         self.store = warm_store if warm_store is not None and warm_store.root == settings["jobs_dir"] else JobStore(settings["jobs_dir"])
+        self.store.read(job_id)  # the client wrote it: not found means this is not the client's store (nothing made here)
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
         self.log = LogSink(log_path)
-        owner = {"owner": {"ray_actor": self.name, "namespace": settings["namespace"]}}
+        owner = _owner(self.name, settings)
         try:
             request: JobRequest = cloudpickle.loads(request_bytes)
         except Exception as e:  # the user's module is not importable on the cluster
@@ -164,12 +217,12 @@ class JobSupervisor:
             self.store.write_final(info, **owner)
             self._ended.set()
             ray.get_runtime_context().current_actor.__ray_terminate__.remote()
-            return
+            return False
         env = request.environment
-        runtime_env: dict[str, Any] = {}
-        if env is not None and env.pip_packages:
+        runtime_env: dict[str, Any] = {}  # new clients: none, the host tasks inherit this actor's (the job's code)
+        if "runtime_env" not in settings and env is not None and env.pip_packages:
             runtime_env["pip"] = list(env.pip_packages)
-        if env is not None and env.workspace:
+        if "runtime_env" not in settings and env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
         info = JobInfo.from_json(self.store.read(job_id))
         me = ray.get_runtime_context().current_actor
@@ -203,7 +256,7 @@ class JobSupervisor:
             self.runner.stop()
         if not self.store.is_local:
             threading.Thread(target=self.supervisor.upload_loop, daemon=True).start()
-        self.supervisor.run()
+        return True
 
     def _scheduler_for(self, settings: dict[str, Any]) -> SchedulerClient | None:
         """The scheduler client the warm-up connected, if it was made for these settings."""

@@ -54,6 +54,7 @@ _PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999), whi
 _used_ports: set[int] = set()
 _port_lock = threading.Lock()
 _next_port = itertools.count(random.randrange(*_PORT_RANGE))
+_env_dirs = itertools.count()  # each emulated host's own runtime_env dir (a restored slice may reuse a name)
 
 
 def _fresh_port() -> int:
@@ -77,9 +78,12 @@ def _fresh_ports() -> dict[str, int]:
     return {key: _fresh_port() for key in _PORTS_PER_NODE}
 
 
-def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1, lockfile: str | None = None) -> dict[str, Any]:
+def tpu_node_args(
+    tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1, lockfile: str | None = None, labels: bool = True
+) -> dict[str, Any]:
     """``add_node`` arguments that make a Ray node look like worker ``worker_id`` of a TPU slice
-    (``lockfile``: where the host's libtpu lockfile is, instead of ``/tmp/libtpu_lockfile``)."""
+    (``lockfile``: where the host's libtpu lockfile is, instead of ``/tmp/libtpu_lockfile``; ``labels=False``:
+    without the ``ray.io/tpu-*`` labels, as KubeRay without its webhook or an older Ray shows a TPU host)."""
     spec = get_tpu_spec(tpu_type)
     resources: dict[str, float] = {
         "TPU": float(spec.chips_per_host),
@@ -88,7 +92,7 @@ def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int 
     }
     if worker_id == 0:
         resources[spec.head_resource] = 1.0
-    labels = {
+    node_labels = {
         "ray.io/tpu-slice-name": slice_name,
         "ray.io/tpu-worker-id": str(worker_id),
         "ray.io/tpu-pod-type": spec.name,
@@ -107,7 +111,7 @@ def tpu_node_args(tpu_type: str, slice_name: str, worker_id: int, num_cpus: int 
         "memory": 16 * _GIB,  # logical only: enough for any one host's request
         "object_store_memory": 80 * 1024 * 1024,
         "resources": resources,
-        "labels": labels,
+        "labels": node_labels if labels else {},
         "env_vars": env,
     }
 
@@ -131,24 +135,29 @@ class FakeTpuCluster:
     _threads: list[threading.Thread] = attrs.field(factory=list)
     _closed: threading.Event = attrs.field(factory=threading.Event)
     _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
+    labels: bool = True  # new slices carry the ray.io/tpu-* labels (False: resources only)
 
-    def add_slice(self, tpu_type: str, wait: bool = True, tries: int = 1) -> str:
+    def add_slice(self, tpu_type: str, wait: bool = True, tries: int = 1, name: str | None = None, labels: bool | None = None) -> str:
         """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name.
 
         ``tries`` (with ``wait``): on a loaded machine a new raylet can die at start-up (its node agent
         did not answer in time); its nodes are then removed and a fresh slice is tried, up to ``tries``
-        times."""
+        times. ``name``: the slice's name (default a fresh one; a name that was used before is a slice that
+        came back on new hardware, as a restarted KubeRay pod keeps its ``TPU_NAME``); ``labels``: with the
+        ``ray.io/tpu-*`` labels (default: the cluster's setting)."""
         for left in range(tries - 1, -1, -1):
             try:
-                return self._add_slice(tpu_type, wait)
+                return self._add_slice(tpu_type, wait, name, self.labels if labels is None else labels)
             except Exception:
                 if left == 0 or not wait:
                     raise
         raise AssertionError("unreachable")
 
-    def _add_slice(self, tpu_type: str, wait: bool) -> str:
+    def _add_slice(self, tpu_type: str, wait: bool, name: str | None = None, labels: bool = True) -> str:
         spec = get_tpu_spec(tpu_type)
-        name = f"fake-{spec.name}-{next(self._counter)}"
+        name = name or f"fake-{spec.name}-{next(self._counter)}"
+        if name in self._nodes:
+            raise ValueError(f"add_slice: a live slice is named {name!r} already")
         main = threading.current_thread() is threading.main_thread()
         nodes: list[Any] = []
         try:
@@ -158,7 +167,10 @@ class FakeTpuCluster:
                 self.ray_cluster._shutdown_at_exit = main
                 try:
                     for w in range(spec.hosts):
-                        args = {**tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w)), **_fresh_ports()}
+                        args = {**tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels), **_fresh_ports()}
+                        # each host its own runtime_env files (a job's shipped code), as on its own disk: a
+                        # removed node's agent deletes what it unpacked, which other hosts would be using
+                        args["runtime_env_dir_name"] = f"runtime_resources_{name}_h{w}_{next(_env_dirs)}"
                         nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
                     self.ray_cluster._shutdown_at_exit = True
@@ -325,6 +337,7 @@ def fake_tpu_cluster(
     namespace: str | None = None,
     jobs_dir: str | None = None,
     health_check_period: float | None = None,
+    labels: bool = True,
 ) -> Iterator[FakeTpuCluster]:
     """Start a multi-node Ray cluster on this machine whose nodes are emulated TPU hosts.
 
@@ -335,6 +348,9 @@ def fake_tpu_cluster(
     ``health_check_period`` (seconds): how often the head checks each node; a removed node is reported
     dead after 4 missed checks. ``None`` keeps Ray's default (3 s x 5, about 15 s), as on a real cluster;
     tests use 1 s so that a slice lost before its hosts run is detected sooner.
+
+    ``labels=False``: the hosts carry no ``ray.io/tpu-*`` labels, only the resources Ray gives a TPU VM (a
+    cluster as KubeRay without its webhook, or an older Ray, shows it); fray finds the slices from those.
 
     Ray's idle worker pool is off (``num_workers_soft_limit`` 0): every node shares this machine's cores, so
     a worker Ray prestarts on the head slows the emulated hosts, which on a real cluster it would not.
@@ -369,7 +385,7 @@ def fake_tpu_cluster(
         "_system_config": system_config,
     }
     rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
-    fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address, state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"))
+    fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address, state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"), labels=labels)
     try:
         for tpu_type, count in slices.items():
             for _ in range(count):

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from fray_core import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
+from fray_core.cluster import cluster_from_spec  # noqa: E402
+from fray_core.errors import FrayError  # noqa: E402
 from fray_core.records import pid_alive  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray._host import gce_preempted  # noqa: E402
@@ -187,7 +189,10 @@ def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_clu
 def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: Path) -> None:
     job_id = ray_tpu_cluster.cluster.launch(tpu_request(hold, slices=2, marker_dir=str(tmp_path)))
     wait_for(lambda: started(tmp_path, 0) == 4, what="all 4 hosts")
-    other = RayCluster(address=ray_tpu_cluster.address)
+    owner = ray_tpu_cluster.cluster.store.read(job_id)["owner"]  # as the running supervisor wrote it
+    assert (owner["address"], owner["cluster"]) == (ray_tpu_cluster.address, f"ray?address={ray_tpu_cluster.address}")
+    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record (the CLI after Ctrl-C)
+    assert isinstance(other, RayCluster)
     other.terminate(job_id)
     info = ray_tpu_cluster.cluster.poll(job_id)
     assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
@@ -294,3 +299,58 @@ def test_a_request_the_supervisor_cannot_load_ends_failed_with_the_reason(ray_tp
     assert info.status == JobStatus.FAILED
     assert "cannot be loaded on the Ray cluster" in info.error and "only_on_my_laptop" in info.error, info.error
     assert cluster.store.read_info(info.job_id)[0].status == JobStatus.FAILED
+
+
+def test_a_store_the_cluster_cannot_reach_fails_launch_in_the_caller_naming_it(ray_tpu_cluster: Any) -> None:
+    """A store only this process sees (here fsspec's in-memory one; on real machines, a local jobs dir): the
+    head cannot read the job's record, so launch fails within seconds saying so, and the job is FAILED."""
+    root = f"memory://fray-unreachable-{os.getpid()}-{time.monotonic_ns()}"
+    client = RayCluster(address=ray_tpu_cluster.address, jobs_dir=root, warm_supervisor=False)
+    start = time.monotonic()
+    with pytest.raises(FrayError, match=f"cannot reach the job store {root!r}: JobNotFoundError") as e:
+        client.launch(tpu_request(fail))
+    assert time.monotonic() - start < 20.0
+    [info] = client.list_jobs()
+    assert info.status is JobStatus.FAILED and info.error == str(e.value)
+
+
+def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exits(ray_tpu_cluster: Any) -> None:
+    """The store check passed once (or was skipped), yet the head cannot read this job's record: the supervisor
+    says why and goes away; the job is FAILED at once (not PENDING for the supervisor start grace)."""
+    client = RayCluster(address=ray_tpu_cluster.address, jobs_dir=f"memory://fray-gone-{os.getpid()}", warm_supervisor=False)
+    client._store_ok = True  # as if the head had read this store before
+    job_id = client.launch(tpu_request(fail))
+    actor = client.store.read(job_id)["owner"]["ray_actor"]
+    info = wait_for(lambda: (i := client.poll(job_id)).status is JobStatus.FAILED and i, timeout=30, what="the job to fail")
+    assert "could not start on the Ray cluster: JobNotFoundError" in info.error, info.error
+    assert info.submitted_at > time.time() - 30  # well within SUPERVISOR_START_GRACE of the launch
+    wait_for(lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}, timeout=30, what="the supervisor to exit")
+
+
+def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    """A client whose code lives only in its own directory (removed as soon as launch returns: the cluster
+    shares nothing else with it) runs its module's code on every host; no client path is on a host's sys.path."""
+    proj = tmp_path / "client-only"
+    proj.mkdir()
+    (proj / "client_only_mod.py").write_text(
+        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if 'client-only' in p]]\n"
+    )
+    driver = textwrap.dedent(
+        f"""
+        import shutil, sys
+        sys.path.insert(0, {str(proj)!r})
+        import client_only_mod
+        from fray_core import Entrypoint, JobRequest, ResourceConfig
+        from fray_ray import RayCluster
+        cluster = RayCluster(address={ray_tpu_cluster.address!r}, warm_supervisor=False)
+        job = cluster.launch(JobRequest(name="own-code", entrypoint=Entrypoint(callable=client_only_mod.main), resources=ResourceConfig.with_tpu({TPU!r})))
+        shutil.rmtree({str(proj)!r})
+        print(job)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    info = ray_tpu_cluster.cluster.wait(out.stdout.strip().splitlines()[-1], timeout=180)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    for file, cwd, client_paths in info.result:
+        assert not file.startswith(str(proj)) and file.endswith("client_only_mod.py") and cwd != str(proj) and client_paths == []

@@ -1,6 +1,6 @@
 """Scheduling policy on Ray (the session's emulated cluster, conftest.py: 2 x v4-16): one fair queue for
 every job of the cluster, whichever client launched it (``fray_ray.scheduler``, the policy of
-``fray_core.scheduling``), bad-host quarantine keyed by slice name, and a job that ends leaving the queue
+``fray_core.scheduling``), bad-host quarantine keyed by the host's node (not by a reusable slice name), and a job that ends leaving the queue
 at once. Jobs that hold slices wait for a gate file the test creates."""
 
 from __future__ import annotations
@@ -178,6 +178,13 @@ def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_
         assert all(f"TpuBusyError: TPU device busy on {bad} host 1" in a.cause for a in lost), [a.cause for a in lost]
         assert info.attempts[-1].slices == [healthy]
         assert fake.cluster.wait(blocker, timeout=WAIT).status is JobStatus.SUCCEEDED
+        # KubeRay restarts a pod with the same TPU_NAME: the name comes back on new hardware, which is not
+        # quarantined (the quarantine follows the nodes that failed)
+        fake.preempt(bad, restore_after=None)
+        fake.add_slice(TPU, name=bad, tries=3)
+        fake.wait_settled()
+        again = quarantining.wait(quarantining.launch(request("on-new-hardware", slices=2)), timeout=WAIT)  # needs both
+        assert again.status is JobStatus.SUCCEEDED and sorted(again.result) == sorted([bad, bad, healthy, healthy]), (again.error, again.result)
     finally:
         try:
             ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=namespace))
@@ -255,3 +262,29 @@ def test_the_scheduler_orders_jobs_by_submission_not_by_whose_supervisor_asks_fi
     assert ask("younger", 2.0).startswith("queued: 1st ")
     assert ask("older", 1.0).startswith("queued: 1st ")  # asked second, submitted first
     assert ask("younger", 2.0).startswith("queued: 2nd ")
+
+
+def worker_identity() -> dict[str, str]:
+    return {k: os.environ.get(k, "") for k in ("TPU_NAME", "TPU_WORKER_ID", "FRAY_HOST_ID", "TPU_TOPOLOGY")}
+
+
+def test_a_slice_without_tpu_labels_is_found_from_its_resources_and_runs_the_job(ray_tpu_cluster: Any) -> None:
+    """A TPU host as KubeRay without its webhook (or an older Ray) shows it: ``TPU``, ``accelerator_type``,
+    the slice-name resource and ``TPU-<type>-head`` on worker 0, no ``ray.io/tpu-*`` label. The job runs on
+    the whole slice, host 0 on worker 0, and each host keeps its node's own worker id."""
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    bare = fake.add_slice("v5p-16", labels=False, tries=3)
+    try:
+        ours = [n for n in ray.nodes() if n["Alive"] and bare in n["Resources"]]
+        assert len(ours) == 2 and all(not any(k.startswith("ray.io/tpu") for k in n.get("Labels") or {}) for n in ours)
+        job = fake.cluster.launch(
+            JobRequest(name="bare", entrypoint=Entrypoint(callable=worker_identity), resources=ResourceConfig.with_tpu("v5p-16"))
+        )
+        info = fake.cluster.wait(job, timeout=WAIT)
+        assert info.status is JobStatus.SUCCEEDED, info.error
+        assert info.attempts[0].slices == [bare]
+        assert [(r["TPU_NAME"], r["TPU_WORKER_ID"], r["FRAY_HOST_ID"]) for r in info.result] == [(bare, "0", "0"), (bare, "1", "1")]
+    finally:
+        fake.preempt(bare, restore_after=None)
+        fake.wait_settled()

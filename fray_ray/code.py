@@ -1,0 +1,155 @@
+"""User code travels: what of the client's code a Ray job ships to the cluster (Ray's ``runtime_env``).
+
+A callable whose module is installed where it runs (site-packages, the standard library, fray itself) needs
+nothing. One whose module comes from a directory of the client (a script's folder, a project checked out
+next to it, a test directory) is shipped: that directory becomes the job's ``working_dir``, which Ray
+uploads from the client once per content (it is cached by hash) and puts first on every host's
+``sys.path``. ``EnvironmentConfig(working_dir=...)`` (or ``workspace``) names the directory explicitly. A
+directory over :data:`CODE_SIZE_LIMIT` is refused at launch, naming it. No path of the client is ever put
+on a host's ``sys.path`` as such: on another machine it does not exist.
+
+Example::
+
+    code_runtime_env(request)     # {"working_dir": "/home/me/proj"} for proj/train.py:main, {} for an installed module
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+from typing import Any
+
+__all__ = ["CODE_SIZE_LIMIT", "code_root", "code_runtime_env", "upload_code"]
+
+CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
+_SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", "node_modules", ".hypothesis"})
+_OWN = ("fray_core", "fray_local", "fray_ray", "ray")  # installed on every machine of a Fray-on-Ray cluster
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_prefixes() -> tuple[str, ...]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    paths.update(p for p in sysconfig.get_paths().values() if p)
+    return tuple(os.path.realpath(p) for p in paths)
+
+
+def code_root(module: str) -> str | None:
+    """The client directory that holds ``module``'s top-level package or module (what must travel), or
+    ``None`` when it is installed (or built in, or fray's own).
+
+    >>> code_root("json") is None
+    True
+    """
+    top = module.split(".")[0]
+    if top in _OWN or top == "__main__":
+        return None
+    mod = sys.modules.get(top)
+    path = getattr(mod, "__file__", None)
+    if not path:
+        locations = getattr(getattr(mod, "__spec__", None), "submodule_search_locations", None)
+        path = os.path.join(next(iter(locations)), "__init__.py") if locations else None
+    if not path:
+        return None
+    path = os.path.realpath(path)
+    root = os.path.dirname(os.path.dirname(path)) if os.path.basename(path) == "__init__.py" else os.path.dirname(path)
+    if any(root == p or root.startswith(p + os.sep) for p in _installed_prefixes()):
+        return None
+    return root
+
+
+def _loaded_code_root() -> str | None:
+    """The client directory most of this process's loaded, not installed modules come from (``None``: none)."""
+    counts: dict[str, int] = {}
+    for name in list(sys.modules):
+        if "." in name or name.startswith("_") or name in ("__main__", "__mp_main__"):
+            continue
+        try:
+            root = code_root(name)
+        except Exception:  # an odd module object: not ours to ship
+            continue
+        if root is not None:
+            counts[root] = counts.get(root, 0) + 1
+    return max(sorted(counts), key=lambda r: counts[r]) if counts else None
+
+
+def _size(root: str, limit: int) -> int:
+    """Bytes under ``root`` (caches and VCS dirs skipped), counting stops just past ``limit``."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+            if total > limit:
+                return total
+    return total
+
+
+def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
+    """The ``runtime_env`` that carries ``request``'s code and environment to the cluster: ``working_dir``
+    (``EnvironmentConfig.workspace``, else the directory of the callable's module when it is not installed
+    here), ``excludes`` for caches, ``pip``. Raises ``ValueError`` naming the directory when it is over
+    ``limit`` bytes."""
+    env = request.environment
+    out: dict[str, Any] = {}
+    if env is not None and env.pip_packages:
+        out["pip"] = list(env.pip_packages)
+    explicit = env.workspace if env is not None else None
+    fn = request.entrypoint.callable
+    module = getattr(fn, "__module__", None) or ""
+    if explicit:
+        root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
+    elif module == "__main__":
+        # A script's function travels by value (cloudpickle); the modules it imports from the script's folder do not
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
+        root = os.path.dirname(os.path.realpath(main)) if main else None
+        if root is None or any(root == p or root.startswith(p + os.sep) for p in _installed_prefixes()):
+            return out
+        if _size(root, limit) > limit:
+            return out  # too big to ship whole: the function itself still travels
+        what = "the script's folder"
+    elif module.split(".")[0] in _OWN:
+        # Fray's own entrypoint (a held session's worker): the functions come later, from the client's own
+        # modules; ship the client directory most of its loaded modules come from, when it is not too big
+        root = _loaded_code_root()
+        if root is None or _size(root, limit) > limit:
+            return out
+        what = "the client's code"
+    else:
+        root, what = code_root(module), f"the code of {module}"
+        if root is None:
+            return out
+    size = _size(root, limit)
+    if size > limit:
+        raise ValueError(
+            f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to ship to the Ray cluster: "
+            "install it on the cluster's machines, or set EnvironmentConfig(working_dir=DIR) to a smaller directory that holds it"
+        )
+    out["working_dir"] = root
+    out["excludes"] = sorted(f"**/{d}/" for d in _SKIP_DIRS)
+    return out
+
+
+def upload_code(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """``runtime_env`` with a local ``working_dir`` uploaded to the connected cluster (its GCS) and replaced
+    by the package's URI, as ``ray.init(runtime_env=...)`` does for a driver: Ray takes local directories
+    only at that level, and the job's supervisor, which passes the env on, runs on another machine. Content
+    already uploaded (same hash) is not sent again."""
+    if not runtime_env.get("working_dir") or "://" in str(runtime_env["working_dir"]):
+        return runtime_env
+    import logging
+    import shutil
+    import tempfile
+
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    scratch = tempfile.mkdtemp(prefix="fray-code-")
+    try:
+        quiet = logging.getLogger("fray_ray.code")
+        return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, scratch_dir=scratch, logger=quiet)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,148 @@
+"""Clusters as they come, without a cluster: TPU slices found from Ray's node table with or without the
+``ray.io/tpu-*`` labels, quarantine that follows a host's hardware (its node id) rather than a slice name
+KubeRay reuses, and a TPU device check as precise as Ray's (Google's PCI vendor id for VFIO groups)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import wait_for
+
+ray = pytest.importorskip("ray")
+
+from fray_ray._host import device_holders, tpu_devices  # noqa: E402
+from fray_ray.provider import discover_slices  # noqa: E402
+from fray_ray.scheduler import Scheduler  # noqa: E402
+from fray_ray.testing import tpu_node_args  # noqa: E402
+
+
+def table(hosts: list[tuple[str, str, int]], labels: bool, extra: dict[str, float] | None = None, tpu_per_chip: int = 1) -> dict[str, dict[str, Any]]:
+    """A ``ray.nodes()``-like table of emulated TPU hosts ``(type, slice, worker)`` plus a head node."""
+    out: dict[str, dict[str, Any]] = {"head": {"Resources": {"CPU": 4.0, "node:__internal_head__": 1.0, "memory": 1e9}, "Labels": {}}}
+    for i, (tpu_type, name, w) in enumerate(hosts):
+        args = tpu_node_args(tpu_type, name, w, labels=labels)
+        res = {**args["resources"], "CPU": 1.0, f"node:10.0.0.{i}": 1.0, "memory": 1e9, "object_store_memory": 1e8, **(extra or {})}
+        res["TPU"] *= tpu_per_chip
+        out[f"node{i}"] = {"Resources": res, "Labels": args["labels"]}
+    return out
+
+
+@pytest.mark.parametrize("labels", [True, False])
+def test_slices_are_found_with_or_without_labels(labels: bool) -> None:
+    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 1), ("v4-16", "b", 0), ("v5litepod-4", "c", 0)], labels, extra={"team-x": 1.0})
+    found = discover_slices(nodes)
+    assert sorted(found) == ["a", "b", "c"]
+    assert {n: (s.pod_type, s.head, len(s.hosts), s.labelled) for n, s in found.items()} == {
+        "a": ("v4-16", "node0", 2, labels),
+        "b": ("v4-16", "node3", 2, labels),
+        "c": ("v5litepod-4", "node4", 1, labels),
+    }
+    assert found["a"].topology == ("2x2x2" if labels else None)
+    if not labels:  # only worker 0 is known without labels
+        assert found["b"].hosts == {"node3": "0", "node2": None}
+
+
+def test_a_slice_without_its_worker_0_is_not_found_without_labels_and_a_host_has_its_tpu_resource() -> None:
+    nodes = table([("v4-16", "a", 1), ("v7x-16", "b", 0), ("v7x-16", "b", 1)], labels=False, tpu_per_chip=2)
+    found = discover_slices(nodes)
+    assert sorted(found) == ["b"]  # "a" has no head: its type is unknown
+    assert found["b"].tpu_per_host == 8.0  # 4 chips x RAY_TPU_RESOURCE_PER_CHIP=2, as the node shows it
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["v4-16", "v4-32", "v5litepod-16"]), st.booleans()), min_size=1, max_size=5), st.booleans())
+def test_discovery_finds_every_whole_slice_once_whatever_the_order(shape: list[tuple[str, bool]], labels: bool) -> None:
+    """Every slice with its worker 0 alive is found with its type and all its hosts, labels or not, in any
+    node order; no host is in two slices."""
+    from fray_core.tpu import get_tpu_spec
+
+    hosts = []
+    for i, (tpu_type, reverse) in enumerate(shape):
+        ws = list(range(get_tpu_spec(tpu_type).hosts))
+        hosts += [(tpu_type, f"slice-{i}", w) for w in (reversed(ws) if reverse else ws)]
+    found = discover_slices(table(hosts, labels))
+    assert {n: (s.pod_type, len(s.hosts)) for n, s in found.items()} == {
+        f"slice-{i}": (t, get_tpu_spec(t).hosts) for i, (t, _) in enumerate(shape)
+    }
+    every = [nid for s in found.values() for nid in s.hosts]
+    assert len(every) == len(set(every)) == len(hosts)
+
+
+def ask(scheduler: Scheduler, alive: list[str], members: dict[str, list[str]]) -> dict[str, Any]:
+    return asyncio.run(scheduler.acquire("job", "v4-16", "v4-16", [1], alive, alive, {}, 30.0, (), 1.0, members))
+
+
+def test_quarantine_follows_the_hardware_not_a_reused_slice_name() -> None:
+    """KubeRay restarts a pod with the same TPU_NAME: the slice of that name on new nodes is not quarantined,
+    and the old hardware stays quarantined under whatever name it comes back."""
+    scheduler = Scheduler(quarantine_after=2)
+    for _ in range(2):
+        asyncio.run(scheduler.device_failed("s0", 1, "device busy", "node-b"))
+    assert ask(scheduler, ["s0", "s1"], {"s0": ["node-a", "node-b"], "s1": ["node-c", "node-d"]})["exclude"] == ["s0"]
+    state = asyncio.run(scheduler.state())
+    assert list(state["quarantined"]) == ["s0"] and state["quarantined_hosts"] == {"node-b": "s0 host 1"}
+    # the same name on new hardware: claimable
+    assert ask(scheduler, ["s0", "s1"], {"s0": ["node-e", "node-f"], "s1": ["node-c", "node-d"]})["exclude"] == []
+    # the old hardware under another name: still not
+    assert ask(scheduler, ["s0", "s9"], {"s0": ["node-e", "node-f"], "s9": ["node-b", "node-g"]})["exclude"] == ["s9"]
+    assert asyncio.run(scheduler.repair("s0"))
+    assert ask(scheduler, ["s9"], {"s9": ["node-b", "node-g"]})["exclude"] == []
+
+
+def test_only_a_vfio_group_of_googles_vendor_id_is_a_tpu(tmp_path: Path) -> None:
+    dev, sysfs = tmp_path / "dev", tmp_path / "iommu_groups"
+    (dev / "vfio").mkdir(parents=True)
+    for group, vendor in (("12", "0x1ae0"), ("96", "0x15b3")):  # a TPU, and a BlueField's management interface
+        (dev / "vfio" / group).write_text("")
+        d = sysfs / group / "devices" / f"0000:00:{group}.0"
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+    (dev / "vfio" / "vfio").write_text("")  # the control node, never a device
+    assert tpu_devices(str(dev), str(sysfs)) == [str(dev / "vfio" / "12")]
+    (dev / "accel").mkdir()  # newer NVIDIA drivers: a directory, not a TPU
+    assert tpu_devices(str(dev), str(sysfs)) == [str(dev / "vfio" / "12")]
+    (dev / "accel0").write_text("")
+    assert tpu_devices(str(dev), str(sysfs)) == [str(dev / "accel0")]
+    # another process holding the non-TPU group open holds no TPU; holding the TPU it does
+    (dev / "accel0").unlink()
+    for path, busy in ((dev / "vfio" / "96", False), (dev / "vfio" / "12", True)):
+        with open(path) as f:
+            holder = subprocess.Popen(["sleep", "30"], stdin=f)
+        try:
+            fd0 = f"/proc/{holder.pid}/fd/0"
+            wait_for(lambda: os.path.exists(fd0), timeout=10, what="the holder to start")  # noqa: B023 (used at once)
+            found = device_holders(str(tmp_path / "no-lockfile"), devices=tpu_devices(str(dev), str(sysfs)))
+            assert (holder.pid, str(path)) in found if busy else found == [], found
+        finally:
+            holder.kill()
+            holder.wait()
+
+
+def test_code_from_a_client_directory_travels_and_installed_code_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import json
+
+    from fray_core import Entrypoint, EnvironmentConfig, JobRequest
+    from fray_ray.code import code_runtime_env
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "travelling_mod.py").write_text("def main():\n    return 1\n")
+    (tmp_path / "proj" / "data.bin").write_bytes(b"x" * 4096)
+    monkeypatch.syspath_prepend(str(tmp_path / "proj"))
+    mod = importlib.import_module("travelling_mod")
+
+    def req(fn: Any, **env: Any) -> JobRequest:
+        return JobRequest(name="x", entrypoint=Entrypoint(callable=fn), environment=EnvironmentConfig(**env) if env else None)
+
+    assert code_runtime_env(req(mod.main))["working_dir"] == str(tmp_path / "proj")
+    assert code_runtime_env(req(json.JSONEncoder)) == {}  # installed: nothing travels
+    assert code_runtime_env(req(json.JSONEncoder, working_dir=str(tmp_path)))["working_dir"] == str(tmp_path)
+    with pytest.raises(ValueError, match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to ship.*EnvironmentConfig\\(working_dir=DIR\\)"):
+        code_runtime_env(req(mod.main), limit=1024)
