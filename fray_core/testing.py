@@ -308,6 +308,7 @@ class InMemorySliceProvider:
         quarantine_after: int = 2,
         quarantine_window: float = 3600.0,
         quarantine_for: float = 1800.0,
+        detection_delay: float = 0.0,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock()
         self.script = script
@@ -319,8 +320,8 @@ class InMemorySliceProvider:
         self.fleet = Fleet(
             fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider",
             quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
+            detection_delay=detection_delay, clean_hosts=clean_hosts,
         )
-        self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
         self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
         self._last_acquired: list[LeaseRecord] = []
@@ -394,28 +395,26 @@ class InMemorySliceProvider:
         if not wanted:
             raise ValueError("InMemorySliceProvider.acquire: counts is empty; give at least one slice count")
         fleet = self.fleet
+        free_before = fleet.count(spec.name, "free")
         idled = False
-        while True:
-            free_before = fleet.count(spec.name, "free")
-            try:
-                got = fleet.try_acquire(_SELF, spec.name, wanted)
-            except Unschedulable as e:
-                self.unschedulable.append((clock.now(), str(e), True))
-                raise
-            if got is not None:
-                return self._take(got, wanted, free_before)
+
+        def idle(until: float) -> None:  # on_idle once, then let fake time pass to the next event
+            nonlocal idled, free_before
             if self.on_idle is not None and not idled:
                 idled = True
                 self.on_idle(self)
-                continue
-            now = clock.now()
-            if now >= deadline:
-                err = fleet.unschedulable(wanted, spec.name, holder=_SELF)
-                self.unschedulable.append((now, str(err), False))
-                raise err
-            due = clock.next_due()
-            clock.advance_to(deadline if due is None or due > deadline else due)
-            idled = False
+            else:
+                due = clock.next_due()
+                clock.advance_to(until if due is None or due > until else due)
+                idled = False
+            free_before = fleet.count(spec.name, "free")
+
+        try:
+            got = fleet.acquire(_SELF, spec.name, wanted, deadline, idle)
+        except Unschedulable as e:
+            self.unschedulable.append((clock.now(), str(e), e.permanent))
+            raise
+        return self._take(got, wanted, free_before)
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of the type this job could take now (not reserved for a job waiting in the
@@ -571,30 +570,11 @@ class InMemorySliceProvider:
         return new  # type: ignore[return-value]
 
     def _ended_by(self, host: RunRecord, fate: HostFate) -> bool:
-        """Apply what the fleet does to a host as it starts (the order a TPU process meets it in); True
-        if that ended it."""
-        name = host.lease.name
-        h = host.host_index
-        if fate.device_error:
-            self.fleet.device_failed(name, h, "device error")
-            self._end(host, HostOutcomeKind.PREEMPTED, error=fate.device_error)
-            return True
-        if fate.dirty:
-            if self.clean_hosts:
-                self.fleet.clean(name, h)
-            else:
-                error = f"DeviceBusyError: TPU in use: a stale device lock is on {name} host {h} (device init failed)"
-                self.fleet.device_failed(name, h, "device busy")
-                self._end(host, HostOutcomeKind.PREEMPTED, error=error)
-                return True
-        if fate.crash:
-            self.fleet.make_dirty(name, h)  # a crashed TPU process leaves its lock behind
-            self._end(host, HostOutcomeKind.FAILED, error=f"HostCrashed: simulated crash on {name} host {h}: {fate.fail}")
-            return True
-        if fate.fail is not None:
-            self._end(host, HostOutcomeKind.FAILED, error=f"SimulatedHostFailure: {fate.fail}")
-            return True
-        return False
+        """Turn the fate the fleet decided for a starting host into an ended run; True if it ended it."""
+        if fate.kind is None:
+            return False
+        self._end(host, HostOutcomeKind(fate.kind), error=fate.error)
+        return True
 
     def _due_all(self, when: float) -> None:
         for host in self._due_at.pop(when):
@@ -703,9 +683,24 @@ class InMemorySliceProvider:
     def _lose(self, rec: LeaseRecord) -> None:
         rec.lost = True
         err = f"Preempted: slice {rec.lease.name} was preempted"
+        fl = rec.fleet_lease
+        detected = self.fleet.detected_at(fl) if fl is not None else None
+        late = detected is not None and detected > self.clock.now()
+        dead = []
         for host in rec.runs:
             if host.kind is None:
-                self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+                if late:  # dead now; the runner hears of it when the control plane detects the loss
+                    host.kind, host.error, host.ended_at = HostOutcomeKind.PREEMPTED, err, self.clock.now()
+                    dead.append(host)
+                else:
+                    self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+        if dead:
+            self.clock.call_at(detected, self._detected, dead)  # type: ignore[arg-type]
+
+    def _detected(self, hosts: list[RunRecord]) -> None:
+        for host in hosts:
+            if host.report_seq is None:
+                self._ready[host] = None
 
     def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
         fl = rec.fleet_lease
@@ -716,7 +711,7 @@ class InMemorySliceProvider:
 
     def remove(self, slice_name: str) -> None:
         """Capacity loss: the slice is gone (preempted with no return) until :meth:`restore`."""
-        self.fleet.preempt(slice_name, restore_after=None)
+        self.fleet.remove(slice_name)
 
     def restore(self, slice_name: str) -> None:
         """Bring a down or gone slice back now, as a fresh incarnation."""
@@ -728,13 +723,16 @@ class InMemorySliceProvider:
         if sl.state != "free":
             state = self.slice_states()[slice_name]
             raise ValueError(f"occupy({slice_name!r}): the slice is {state}, only a free slice can be occupied")
-        self._occupied[slice_name] = self.fleet.take(slice_name, _OTHER)
+        self.fleet.occupy(slice_name, _OTHER)
 
     def vacate(self, slice_name: str) -> None:
         """The other job gives the slice back."""
-        fl = self._occupied.pop(slice_name, None)
-        if fl is not None:
-            self.fleet.release(fl)
+        self.fleet.vacate(slice_name)
+
+    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice for a slice (see :meth:`fray_core.fleet.Fleet.notify_preemption`): taken away
+        ``grace`` seconds from now; the runner sees it draining. Returns the deadline (fake clock)."""
+        return self.fleet.notify_preemption(slice_name, grace, restore_after)
 
     def break_host(self, slice_name: str, host: int) -> None:
         """Every host started on this one ends PREEMPTED with a device error until :meth:`repair_host`."""

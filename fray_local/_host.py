@@ -206,20 +206,18 @@ def _work(argv: list[str]) -> int:
     crash = os.environ.pop("FRAY_SIM_CRASH", None)
     device_error = os.environ.pop("FRAY_SIM_DEVICE_ERROR", None)
     try:
+        # the fleet model decided this host's fate (fray_core.fleet.Fleet.host_fate); the host only meets it
         if device_error:
-            raise TpuDeviceError(device_error.partition(": ")[2] or device_error)
+            kind, _, text = device_error.partition(": ")
+            raise (DeviceBusyError if kind == "DeviceBusyError" else TpuDeviceError)(text or device_error)
+        if crash:
+            print(crash, file=sys.stderr, flush=True)
+            os._exit(139)  # the model left the host's lockfile behind, as a crashed libtpu process does
+        if fail_msg:
+            raise SimulatedHostFailure(fail_msg.partition(": ")[2] or fail_msg)
         if lockfile:
-            if os.path.exists(lockfile):
-                raise DeviceBusyError(
-                    f"TPU in use: {lockfile} exists (a crashed process left it; device init failed)"
-                )
             with open(lockfile, "w") as f:
                 f.write(str(os.getpid()))
-        if crash:
-            print(f"simulated crash: {crash}", file=sys.stderr, flush=True)
-            os._exit(139)  # leaves the lockfile behind, as a crashed libtpu process does
-        if fail_msg:
-            raise SimulatedHostFailure(fail_msg)
 
         import cloudpickle
 

@@ -111,6 +111,7 @@ class TpuFleet:
         quarantine_after: int = 2,
         quarantine_window: float = 3600.0,
         quarantine_for: float = 1800.0,
+        detection_delay: float = 0.0,
     ) -> None:
         self._cond = threading.Condition(threading.RLock())
         self._clock = _ThreadClock(self._cond)
@@ -119,6 +120,7 @@ class TpuFleet:
         self.model = Fleet(
             capacity, self._clock, on_demand=on_demand, fault_plan=fault_plan, on_dirt=self._on_dirt, name="TpuFleet",
             quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
+            detection_delay=detection_delay, clean_hosts=clean_lockfiles,
         )
 
     def __repr__(self) -> str:
@@ -236,24 +238,24 @@ class TpuFleet:
         the job was submitted, its place in line (jobs' runners ask in no particular order)."""
         spec = get_tpu_spec(tpu_type)
         wanted = sorted(set(counts), reverse=True)
+        # the model's clock is time.monotonic; a caller on another clock gets its deadline translated
+        deadline = self._clock.now() + (deadline - clock())
+
+        def idle(until: float) -> None:  # woken by every change of the fleet (its timers and faults notify)
+            self._cond.wait(max(0.0, min(until - self._clock.now(), 0.5)))
+
         with self._cond:
-            while True:
-                got = self.model.try_acquire(job_id, spec.name, wanted, since)
-                if got is not None:
-                    return [
-                        SliceLease(
-                            name=lease.slice.name,
-                            device_type=lease.slice.tpu_type,
-                            hosts=lease.slice.hosts,
-                            host_addresses=("127.0.0.1",) * lease.slice.hosts,
-                            handle=lease,
-                        )
-                        for lease in got
-                    ]
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    raise self.model.unschedulable(wanted, spec.name, holder=job_id)
-                self._cond.wait(min(remaining, 0.5))
+            got = self.model.acquire(job_id, spec.name, wanted, deadline, idle, since)
+            return [
+                SliceLease(
+                    name=lease.slice.name,
+                    device_type=lease.slice.tpu_type,
+                    hosts=lease.slice.hosts,
+                    host_addresses=("127.0.0.1",) * lease.slice.hosts,
+                    handle=lease,
+                )
+                for lease in got
+            ]
 
     def free_slices(self, tpu_type: str, job_id: str | None = None) -> int:
         """Free slices of a type ``job_id`` could take now: not quarantined, not reserved for a job
@@ -325,33 +327,22 @@ class TpuFleet:
             self.model.arm(attempt, [lease.handle for lease in leases])
             self._cond.notify_all()
 
-    def host_env(self, lease: SliceLease, host: int) -> tuple[dict[str, str], str | None]:
-        """The simulated-TPU env of a process starting now on a host of the lease, and a log note (the
-        stale lockfile removed before start, when ``clean_lockfiles``)."""
+    def start_slice(self, lease: SliceLease, attempt: int) -> None:
+        """The hosts of a slice of attempt ``attempt`` start: the model arms that attempt's faults, once."""
         with self._cond:
-            fate = self.model.host_fate(lease.handle, host)
-            lockfile = self.lockfile(lease.name, host)
-            note = None
-            if self.clean_lockfiles and self.clean(lease.name, host):
-                note = f"[fray] removed stale {lockfile} before start"
-            # the process will not get its device: the fleet counts it towards the host's quarantine
-            if fate.device_error:
-                self.model.device_failed(lease.name, host, "device error")
-            elif not self.clean_lockfiles and self.is_dirty(lease.name, host):
-                self.model.device_failed(lease.name, host, "device busy")
-            return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
+            self.model.start_slice(lease.handle, attempt)
+            self._cond.notify_all()
 
-    def apply_plan(self, attempt: int, leases: Sequence[SliceLease]) -> dict[tuple[int, int], dict[str, str]]:
-        """:meth:`arm`, then the injected env per (slice index, host) of those leases (the older form of
-        :meth:`host_env`, without the lockfile)."""
-        self.arm(attempt, leases)
+    def host_env(self, lease: SliceLease, host: int) -> tuple[dict[str, str], str | None]:
+        """The simulated-TPU env of a process starting now on a host of the lease (the fate the model
+        decided for it), and a log note (the stale lockfile removed before start)."""
         with self._cond:
-            return {
-                (i, h): env
-                for i, lease in enumerate(leases)
-                for h in range(lease.hosts)
-                if (env := _fate_env(self.model.host_fate(lease.handle, h)))
-            }
+            lockfile = self.lockfile(lease.name, host)
+            if self.is_dirty(lease.name, host) and self.model.host_health(lease.name, host) is HostHealth.HEALTHY:
+                self.model.make_dirty(lease.name, host)  # a process that died hard left its lockfile: the model learns of it
+            fate = self.model.host_fate(lease.handle, host)
+            note = f"[fray] removed stale {lockfile} before start" if fate.cleaned else None
+            return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
 
     def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
@@ -369,13 +360,13 @@ class TpuFleet:
 
 
 def _fate_env(fate: HostFate) -> dict[str, str]:
-    """How the simulated host process (``fray_local._host``) learns what the fleet does to it."""
-    env = {}
-    if fate.device_error:
-        env["FRAY_SIM_DEVICE_ERROR"] = fate.device_error
-    if fate.fail is not None:
-        env["FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL"] = fate.fail
-    return env
+    """How the simulated host process (``fray_local._host``) meets the fate the model decided for it: it
+    ends with that error (a device error: the infrastructure's; else the user's), or dies hard."""
+    if fate.kind is None:
+        return {}
+    if fate.kind == "PREEMPTED":
+        return {"FRAY_SIM_DEVICE_ERROR": fate.error or "TpuDeviceError"}
+    return {"FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL": fate.error or "injected failure"}
 
 
 def _kill_all(lease: FleetLease) -> None:
