@@ -1,7 +1,8 @@
 """Gang scheduling and retries, written once for every backend.
 
-A backend implements the small :class:`SliceProvider` substrate (acquire / start / wait_any / cancel /
-release); :class:`GangRunner` holds all the policy: all-or-nothing slices, per-host environment (including
+A backend implements the :class:`~fray_core.provider.SliceProvider` contract (acquire / start / wait_any /
+cancel / release, and optional capabilities whose defaults mean "cannot tell"; see :mod:`fray_core.provider`,
+whose types this module re-exports); :class:`GangRunner` holds all the policy: all-or-nothing slices, per-host environment (including
 ``MEGASCALE_*`` recomputed every attempt), cancel-siblings-on-first-failure, classification of an attempt
 (any host preempted -> PREEMPTED, else FAILED), two retry budgets with backoff, release on every path, and
 no retry after ``terminate``.
@@ -17,18 +18,26 @@ Example (with any provider)::
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import enum
+from typing import Any
 
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.provider import (
+    HostOutcome,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    LeaseHealth,
+    LeaseState,
+    Outcome,
+    SliceLease,
+    SliceProvider,
+)
 from fray_core.types import (
     Attempt,
     AttemptOutcome,
@@ -48,130 +57,19 @@ __all__ = [
     "HostOutcome",
     "HostOutcomeKind",
     "HostRun",
+    "HostSpec",
+    "LeaseHealth",
+    "LeaseState",
     "Outcome",
     "RetryPolicy",
     "SliceLease",
     "SliceProvider",
     "format_exception",
     "host_envs",
+    "slice_hosts",
 ]
 
 MEGASCALE_DEFAULT_PORT = 8081
-
-
-class HostOutcomeKind(str, enum.Enum):
-    SUCCEEDED = "SUCCEEDED"
-    PREEMPTED = "PREEMPTED"  # the host (or its slice) went away: infrastructure, not the user's fault
-    FAILED = "FAILED"  # the user's code raised or exited non-zero
-    CANCELLED = "CANCELLED"  # stopped by us (a sibling failed, or terminate)
-
-
-@attrs.frozen(eq=False)
-class SliceLease:
-    """A slice held by one attempt: all of its hosts, exclusively, until released.
-
-    ``host_addresses`` are the hosts' IPs as the backend reports them; slice 0 host 0's address is the
-    multislice coordinator. ``handle`` is the provider's own bookkeeping.
-    """
-
-    name: str
-    device_type: str  # TPU pod type ("v4-16"), or "cpu"/"gpu" for a CPU/GPU gang
-    hosts: int
-    host_addresses: tuple[str, ...] = ()
-    handle: Any = None
-
-
-@attrs.define(eq=False, weakref_slot=False)  # no weak references to runs: one word less per host
-class HostRun:
-    """One host's process of one attempt, as the provider started it; ``handle`` is the provider's own.
-
-    Read-only to the runner. Not frozen so that a provider may subclass it to keep its per-host state
-    on the run itself (one object per host; the in-memory provider does, ``fray_core.testing.RunRecord``).
-    """
-
-    lease: SliceLease
-    slice_index: int
-    host_index: int
-    handle: Any = None
-
-
-@attrs.frozen
-class HostOutcome:
-    """How one host ended. ``error`` is ``"Type: message"`` plus the traceback, for FAILED/PREEMPTED."""
-
-    run: HostRun
-    kind: HostOutcomeKind
-    result: Any = None
-    error: str | None = None
-
-
-class Outcome(Protocol):
-    """What ``wait_any`` reports for a host that ended: a :class:`HostOutcome`, or any object with the
-    same four attributes. A provider whose :class:`HostRun` subclass records how the host ended may
-    report the run itself (``run`` returning ``self``), so a host costs one object, not two: the
-    in-memory provider does (``fray_core.testing.RunRecord``), for attempts of 16,000 hosts.
-
-    Example::
-
-        for o in provider.wait_any(runs, timeout=0.5):
-            if o.kind is HostOutcomeKind.SUCCEEDED:
-                results[o.run] = o.result
-    """
-
-    @property
-    def run(self) -> HostRun: ...
-
-    @property
-    def kind(self) -> HostOutcomeKind: ...
-
-    @property
-    def result(self) -> Any: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-
-@runtime_checkable
-class SliceProvider(Protocol):
-    """The substrate a backend implements for the runner. One provider instance serves one job.
-
-    - ``acquire``: all-or-nothing per slice; returns the largest count in ``counts`` that fits (counts
-      are given largest first). Raises :class:`~fray_core.errors.Unschedulable` at ``deadline`` (a value
-      of ``time.monotonic()``-like clock the runner was given), with ``permanent=True`` when it can never fit.
-    - ``start``: start every host of the slice with its env; never blocks on the user's code.
-    - ``wait_any``: the outcomes (:class:`Outcome`) of runs that have ended, waiting up to ``timeout``
-      for at least one; ``[]`` when none ended in time. A run is reported once.
-    - ``cancel``: stop these runs (kill the processes); their outcome becomes CANCELLED unless the host
-      was already lost (PREEMPTED).
-    - ``release``: give the slices back; idempotent, called on every path.
-
-    Optional: ``was_preempted(lease) -> bool`` (e.g. a cloud metadata probe) is asked when an attempt
-    failed without any host reported as preempted.
-
-    Optional: ``free_slices(tpu_type) -> int``: how many free slices of the type this job could take
-    now (not reserved for a job waiting in the fleet's queue); cheap and non-blocking. An elastic job
-    (``JobRequest.elastic``) grows only on a provider with it (the local and Ray providers); without it, never.
-
-    Optional: ``cancel(runs, grace=seconds)``: a graceful stop (SIGTERM, ``grace`` seconds to
-    checkpoint, then kill), used when an elastic job is resized. A provider whose ``cancel`` has no
-    ``grace`` gets a plain ``cancel``.
-
-    Optional: ``started_runs(runs) -> list[HostRun]``: the runs among ``runs`` whose host process has
-    actually started (reported in); cheap and non-blocking (the runner asks every ``poll_interval``). A
-    provider with it makes the job RUNNING only once every host started, and an attempt whose hosts are
-    not all started within ``RetryPolicy.host_start_timeout`` PREEMPTED. Without it, a host counts as
-    started when ``start`` returned.
-    """
-
-    def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]: ...
-
-    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]: ...
-
-    def wait_any(self, runs: list[HostRun], timeout: float) -> Sequence[Outcome]: ...
-
-    def cancel(self, runs: list[HostRun]) -> None: ...
-
-    def release(self, leases: list[SliceLease]) -> None: ...
 
 
 @attrs.define
@@ -226,8 +124,28 @@ def slice_envs(
     megascale_port: int = MEGASCALE_DEFAULT_PORT,
     elastic: ElasticConfig | None = None,
 ) -> Iterator[list[dict[str, str]]]:
-    """:func:`host_envs`, one slice at a time: the runner starts each slice's hosts before the next
-    slice's envs exist, so an attempt over many slices never holds every host's env at once."""
+    """:func:`host_envs`, one slice at a time."""
+    for hosts in slice_hosts(job_id, attempt, leases, tpu, user_env, megascale_port, elastic):
+        yield [h.env for h in hosts]  # type: ignore[misc]
+
+
+def slice_hosts(
+    job_id: str,
+    attempt: int,
+    leases: Sequence[SliceLease],
+    tpu: TpuConfig | None,
+    user_env: dict[str, str] | None = None,
+    megascale_port: int = MEGASCALE_DEFAULT_PORT,
+    elastic: ElasticConfig | None = None,
+) -> Iterator[list[HostSpec]]:
+    """The :class:`HostSpec` of every host, one slice at a time (what :meth:`SliceProvider.start` gets):
+    the runner starts each slice's hosts before the next slice's specs exist, so an attempt over many
+    slices never holds every host's env at once.
+
+    >>> lease = SliceLease(name="v4-16-0", device_type="v4-16", hosts=2)
+    >>> [h.env["TPU_WORKER_ID"] for h in next(slice_hosts("job-1", 0, [lease], TpuConfig("v4-16")))]
+    ['0', '1']
+    """
     n_slices = len(leases)
     total = sum(lease.hosts for lease in leases)
     # Built per job, then per slice, then copied per host: this runs for every host of every attempt
@@ -248,6 +166,7 @@ def slice_envs(
                 MEGASCALE_PORT=str(megascale_port),
             )
     rank = 0
+    job = str(job_id)
     for s, lease in enumerate(leases):
         slice_env = dict(job_env, FRAY_SLICE_ID=str(s), FRAY_HOSTS_PER_SLICE=str(lease.hosts))
         if tpu is not None:
@@ -261,7 +180,7 @@ def slice_envs(
             env["FRAY_REPLICA_ID"] = str(rank)
             if tpu is not None:
                 env["TPU_WORKER_ID"] = str(h)
-            per_slice.append(env)
+            per_slice.append(HostSpec(attempt, s, h, env, job))
             rank += 1
         yield per_slice
 
@@ -329,6 +248,7 @@ class GangRunner:
         counts = res.replica_counts if tpu is not None else (1,)
         consecutive_bad = 0
         self._t0 = self.wall()
+        self.provider.prepare_entry(req.entrypoint)  # e.g. pickled while the slices are being acquired
         while True:
             if self.stopped:
                 return self._finish(JobStatus.STOPPED, None, "terminated")
@@ -427,10 +347,10 @@ class GangRunner:
             except Unschedulable as e:
                 if e.permanent:
                     raise
-                held = bool(getattr(e, "held", False))  # a provider that cannot tell: capacity is missing
+                held = e.held  # False from a provider that cannot tell: capacity is missing
                 if not held:
                     missing += self.clock() - began
-                reason = getattr(e, "reason", None) or f"waiting for capacity: {e}"
+                reason = e.reason or f"waiting for capacity: {e}"
                 if reason != self.info.pending_reason:
                     self.info.pending_reason = reason
                     self._changed()
@@ -465,13 +385,16 @@ class GangRunner:
             n_hosts = sum(lease.hosts for lease in leases)
             self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
-            envs = slice_envs(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
+            specs = slice_hosts(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
             try:
-                for lease, env in zip(leases, envs):
+                for lease, hosts in zip(leases, specs):
                     if self.stopped:
                         break
-                    runs.extend(self.provider.start(lease, env, self.request.entrypoint))
+                    runs.extend(self.provider.start(lease, hosts, self.request.entrypoint))
             except Exception as e:  # a host that cannot even start: infrastructure, retryable
+                # start() is all or nothing, so the failed slice left nothing running; the slices started
+                # before it did: stop and collect their hosts before the slices are released and the next
+                # attempt starts (else they would keep running into it)
                 self._cancel_and_drain(runs, set(runs))
                 return AttemptOutcome.PREEMPTED, f"host start failed: {format_exception(e)}", None
             if self.stopped:  # terminated before every host started (maybe none): not a success
@@ -492,7 +415,7 @@ class GangRunner:
         before = len(not_started)
         not_started -= ended
         if not_started:
-            not_started -= set(self.provider.started_runs(list(not_started)))  # type: ignore[attr-defined]
+            not_started -= set(self.provider.started_runs(list(not_started)) or ())
         if not not_started:
             self._all_started(attempt)
         elif len(not_started) != before:
@@ -508,8 +431,9 @@ class GangRunner:
         pending = set(runs)
         first_bad: Outcome | None = None
         preempted: Outcome | None = None
-        # hosts not known to have started; a provider that cannot tell counts them started now
-        not_started = set(runs) if hasattr(self.provider, "started_runs") else set()
+        # hosts not known to have started; a provider that cannot tell (None) counts them started now
+        started = self.provider.started_runs(runs)
+        not_started = set(runs).difference(started) if started is not None else set()
         start_deadline = self.clock() + self.policy.host_start_timeout
         if not not_started:
             self._all_started(attempt)
@@ -571,8 +495,7 @@ class GangRunner:
         cause = _describe(first_bad)
         if preempted is not None:
             return AttemptOutcome.PREEMPTED, cause if first_bad is preempted else f"{_describe(preempted)}\n(first failure: {cause})", None
-        probe = getattr(self.provider, "was_preempted", None)
-        if probe is not None and any(probe(lease) for lease in leases):
+        if any(self.provider.was_preempted(lease) for lease in leases):
             return AttemptOutcome.PREEMPTED, f"host reported preempted by the cloud; {cause}", None
         return AttemptOutcome.FAILED, cause, None
 
@@ -582,16 +505,17 @@ class GangRunner:
         for ``grow_after`` seconds (else ``None``). ``None`` when the job cannot grow."""
         elastic = self.request.elastic
         tpu = self.request.resources.device
-        free_slices = getattr(self.provider, "free_slices", None)
+        free_slices = self.provider.free_slices
         held = len(leases)
         counts = self.request.resources.replica_counts
-        if elastic is None or free_slices is None or not isinstance(tpu, TpuConfig) or held >= counts[0]:
+        if elastic is None or not isinstance(tpu, TpuConfig) or held >= counts[0]:
             return None
         since: float | None = None  # since when a larger count has fit, without a break
 
         def check() -> int | None:
             nonlocal since
-            fits = [c for c in counts if held < c <= held + free_slices(tpu.type)]
+            free = free_slices(tpu.type)  # None: the provider cannot tell, so the job never grows
+            fits = [c for c in counts if free is not None and held < c <= held + free]
             if not fits:
                 since = None
                 return None
@@ -610,10 +534,7 @@ class GangRunner:
         the first of them that was lost (PREEMPTED) rather than cancelled, if any."""
         if not pending:
             return None
-        if grace is not None and _accepts_grace(self.provider.cancel):
-            self.provider.cancel(list(pending), grace=grace)  # type: ignore[call-arg]
-        else:
-            self.provider.cancel(list(pending))
+        self.provider.cancel(list(pending), grace=grace)
         lost: Outcome | None = None
         deadline = self.clock() + self.policy.cancel_grace + (grace or 0.0)
         while pending:
@@ -625,14 +546,6 @@ class GangRunner:
                 if lost is None and o.kind is HostOutcomeKind.PREEMPTED:
                     lost = o
         return lost
-
-
-def _accepts_grace(cancel: Callable[..., None]) -> bool:
-    try:
-        params = inspect.signature(cancel).parameters
-    except (TypeError, ValueError):
-        return False
-    return "grace" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _in_host_order(runs: list[HostRun]) -> list[HostRun]:

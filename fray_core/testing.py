@@ -40,7 +40,7 @@ import attrs
 from fray_core.clock import FakeClock, HorizonExceeded, Timer
 from fray_core.errors import Unschedulable
 from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
-from fray_core.runner import HostOutcomeKind, HostRun, SliceLease
+from fray_core.provider import HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 
@@ -243,8 +243,8 @@ _OTHER = "(another job)"  # ... and of slices taken by occupy()
 
 
 
-class InMemorySliceProvider:
-    """A :class:`~fray_core.runner.SliceProvider` with no processes: the fleet model
+class InMemorySliceProvider(SliceProvider):
+    """A :class:`~fray_core.provider.SliceProvider` with no processes: the fleet model
     (:class:`fray_core.fleet.Fleet`, also behind ``fray_local.TpuFleet``) on a :class:`FakeClock`, host
     outcomes decided by a script or by the test.
 
@@ -386,8 +386,8 @@ class InMemorySliceProvider:
             self.violations.append(f"acquire() called while the job still holds {held} (not released)")
         dev = resources.device
         clock = self.clock
-        if not isinstance(dev, TpuConfig):
-            n = resources.replicas if isinstance(resources.replicas, int) else max(resources.replicas)
+        if not isinstance(dev, TpuConfig):  # validation allows a list of counts for TPU slices only
+            n = int(resources.replicas)  # type: ignore[arg-type]
             rec = LeaseRecord(None, next(self._groups), tuple(counts), n, clock.now())
             return [self._lease(rec, f"{dev.kind}-gang", dev.kind, n, ("127.0.0.1",) * n)]
         spec = get_tpu_spec(dev.type)
@@ -519,20 +519,20 @@ class InMemorySliceProvider:
                 f"'SUCCEEDED'/'FAILED'/'PREEMPTED' (or a HostOutcomeKind), or None/'HANG'"
             ) from None
 
-    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+    def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         self.start_calls += 1
         rec = self._record_of(lease)
         if rec.released:
             self.violations.append(f"start() on {lease.name} after it was released")
-        if len(env_per_host) != lease.hosts:
-            self.violations.append(f"start() on {lease.name} got {len(env_per_host)} envs for {lease.hosts} hosts")
+        if len(hosts) != lease.hosts:
+            self.violations.append(f"start() on {lease.name} got {len(hosts)} hosts for its {lease.hosts}")
         if rec.started_at is not None:
             self.violations.append(f"start() on {lease.name} called again (a lease's hosts start once)")
-        first = env_per_host[0] if env_per_host else {}
-        attempt = int(first.get("FRAY_ATTEMPT", -1))
-        s = int(first.get("FRAY_SLICE_ID", 0))
+        first = hosts[0] if hosts else None
+        attempt = first.attempt if first is not None else -1
+        s = first.slice_index if first is not None else 0
         rec.attempt = attempt
-        rec.job_id = first.get("FRAY_JOB_ID", "")
+        rec.job_id = first.job_id if first is not None else ""
         fl = rec.fleet_lease
         if fl is not None and self._armed_group != rec.group:
             # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
@@ -548,9 +548,10 @@ class InMemorySliceProvider:
         # instant join one group and end in start order, as separate events pushed in that order would.
         due = self._due_at
         push = clock._push
-        for h, env in enumerate(env_per_host):
+        for spec in hosts:
+            h = spec.host_index
             plan = self._script_for(attempt, s, h)
-            host = RunRecord(lease, s, h, env if self.record else None, plan)  # type: ignore[arg-type]
+            host = RunRecord(lease, s, h, spec.env if self.record else None, plan)  # type: ignore[arg-type]
             new.append(host)
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")

@@ -13,7 +13,7 @@ from typing import Any
 
 import cloudpickle
 
-from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 from fray_local._proc import HostProcess, LogSink
 from fray_local.fleet import TpuFleet
@@ -21,7 +21,7 @@ from fray_local.fleet import TpuFleet
 __all__ = ["LocalSliceProvider", "LogSink"]
 
 
-class LocalSliceProvider:
+class LocalSliceProvider(SliceProvider):
     """Runs one job's hosts as subprocesses. TPU slices are acquired from ``fleet``; a CPU/GPU gang is
     one pseudo-slice of ``replicas`` processes. Faults of the fleet's plan are applied at ``start``.
     ``submitted_at``: when the job was submitted, its place in the fleet's line."""
@@ -58,7 +58,7 @@ class LocalSliceProvider:
             leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
             self._attempt_leases = leases  # the fault plan addresses the attempt's slices by index
             return leases
-        n = int(resources.replicas) if not isinstance(resources.replicas, tuple) else resources.replicas[0]
+        n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         return [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
 
     def release(self, leases: list[SliceLease]) -> None:
@@ -71,9 +71,9 @@ class LocalSliceProvider:
 
     # --------------------------------------------------------------------------------------- start
 
-    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
-        attempt = int(env_per_host[0]["FRAY_ATTEMPT"])
-        slice_index = int(env_per_host[0]["FRAY_SLICE_ID"])
+    def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
+        attempt = hosts[0].attempt
+        slice_index = hosts[0].slice_index
         is_tpu = lease.handle is not None
         if is_tpu and attempt not in self._armed_attempts:
             # faults are keyed by attempt; armed once, when its first slice starts, on that attempt's leases
@@ -83,38 +83,55 @@ class LocalSliceProvider:
         if not os.path.exists(payload):
             with open(payload, "wb") as f:
                 cloudpickle.dump(entrypoint, f)
-        runs = []
-        for h, env in enumerate(env_per_host):
-            tag = f"a{attempt} s{slice_index}/h{h}" if is_tpu else f"a{attempt} r{env['FRAY_REPLICA_ID']}"
-            full_env = dict(os.environ)
-            full_env.update(env)
-            full_env["PYTHONUNBUFFERED"] = "1"
-            full_env["FRAY_SYS_PATH"] = json.dumps([self.cwd] + [p for p in sys.path if p])
-            full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
-            if is_tpu:
-                sim_env, note = self.fleet.host_env(lease, h)
-                if note:
-                    self.log.write(tag, note)
-                full_env.update(sim_env)
-            self._seq += 1
-            result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
-            if lease.device_type == "gpu" and self.gpu_devices is not None:
-                devices = ",".join(self.gpu_devices[h])
-                full_env["CUDA_VISIBLE_DEVICES"] = devices
-                self.log.write(tag, f"[fray] CUDA_VISIBLE_DEVICES={devices}")
-            host = HostProcess(tag, self.log, self._notify, result_path)
-            if self.log.error is not None:  # the log cannot be written: do not start what we cannot record
-                host.log_error = self.log.error
-                host.not_started(self.log.error)
-            else:
-                host.start([sys.executable, "-m", "fray_local._host", payload, result_path], full_env, self.cwd)
-            run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
+        runs: list[HostRun] = []
+        try:
+            for spec in hosts:
+                runs.append(self._start_host(lease, spec, payload, is_tpu))
+        except BaseException:
+            # all or nothing (see SliceProvider.start): a host that could not be forked (EAGAIN) must not
+            # leave its slice's earlier hosts running into the next attempt
+            for run in runs:
+                run.handle.cancelled = True
+                run.handle.kill(wait=True)
             with self._cond:
-                self._hosts[run] = host
-            if is_tpu and not self.fleet.register_kill(lease, lambda host=host: self._preempt_host(host)):
-                self._preempt_host(host)  # the slice went away while we were starting
-            runs.append(run)
+                for run in runs:
+                    self._hosts.pop(run, None)
+            raise
         return runs
+
+    def _start_host(self, lease: SliceLease, spec: HostSpec, payload: str, is_tpu: bool) -> HostRun:
+        """Start one host's process; a transient start error (EAGAIN) is raised."""
+        attempt, slice_index = spec.attempt, spec.slice_index
+        h = spec.host_index
+        tag = f"a{attempt} s{slice_index}/h{h}" if is_tpu else f"a{attempt} r{h}"
+        full_env = dict(os.environ)
+        full_env.update(spec.env)
+        full_env["PYTHONUNBUFFERED"] = "1"
+        full_env["FRAY_SYS_PATH"] = json.dumps([self.cwd] + [p for p in sys.path if p])
+        full_env.pop("FRAY_CLUSTER_SPEC", None)  # tasks inside the job use the local job context
+        if is_tpu:
+            sim_env, note = self.fleet.host_env(lease, h)
+            if note:
+                self.log.write(tag, note)
+            full_env.update(sim_env)
+        self._seq += 1
+        result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
+        if lease.device_type == "gpu" and self.gpu_devices is not None:
+            devices = ",".join(self.gpu_devices[h])
+            full_env["CUDA_VISIBLE_DEVICES"] = devices
+            self.log.write(tag, f"[fray] CUDA_VISIBLE_DEVICES={devices}")
+        host = HostProcess(tag, self.log, self._notify, result_path)
+        if self.log.error is not None:  # the log cannot be written: do not start what we cannot record
+            host.log_error = self.log.error
+            host.not_started(self.log.error)
+        else:
+            host.start([sys.executable, "-m", "fray_local._host", payload, result_path], full_env, self.cwd)
+        run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
+        with self._cond:
+            self._hosts[run] = host
+        if is_tpu and not self.fleet.register_kill(lease, lambda host=host: self._preempt_host(host)):
+            self._preempt_host(host)  # the slice went away while we were starting
+        return run
 
     def _preempt_host(self, host: HostProcess) -> None:
         host.preempted = True
@@ -206,8 +223,9 @@ class LocalSliceProvider:
                 host.kill()
 
     def close(self) -> None:
-        """The job ended (terminated included): leave the fleet's queue at once, so the jobs behind it
-        do not wait for its entry to expire."""
+        """The job ended (terminated included): kill any host still running, and leave the fleet's queue
+        at once, so the jobs behind it do not wait for its entry to expire."""
+        self.kill_all()
         self.fleet.leave_queue(self.job_id)
 
     def kill_all(self) -> None:

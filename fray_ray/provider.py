@@ -48,7 +48,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, placement_
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from fray_core.errors import Unschedulable
-from fray_core.runner import HostOutcome, HostOutcomeKind, HostRun, SliceLease
+from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
@@ -142,7 +142,7 @@ def _bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
     return {int(k): v for k, v in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
 
 
-class RaySliceProvider:
+class RaySliceProvider(SliceProvider):
     """One job's slices and host tasks on Ray. Runs inside the job's supervisor actor.
 
     ``non_preemptible_resource``: a resource only non-preemptible nodes have (default: Ray's head-node
@@ -180,7 +180,7 @@ class RaySliceProvider:
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
         self.autoscaling = autoscaling
-        self._entry: tuple[tuple[int, str], Any] | None = None
+        self._entry: tuple[tuple[int, int], Any] | None = None
         self._entry_bytes: tuple[int, concurrent.futures.Future[bytes]] | None = None
         self._max_slices_seen: dict[str, int] = {}
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
@@ -420,7 +420,7 @@ class RaySliceProvider:
 
     def _acquire_gang(self, resources: ResourceConfig, deadline: float) -> SliceLease:
         """CPU/GPU: one placement group with a bundle per replica, kept pending across acquire rounds."""
-        n = resources.replicas if isinstance(resources.replicas, int) else max(resources.replicas)
+        n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         bundle = self._gang_bundle(resources)
         key = (n, tuple(sorted(bundle.items())))
         with self._lock:
@@ -510,7 +510,10 @@ class RaySliceProvider:
 
     def prepare_entry(self, entrypoint: Entrypoint) -> None:
         """Pickle ``entrypoint`` in the background (the slices are being reserved meanwhile); ``start``
-        uses the bytes. A function defined in a script is pickled by value, which takes milliseconds."""
+        uses the bytes. A function defined in a script is pickled by value, which takes milliseconds.
+        Idempotent: the runner calls it as it begins, and a supervisor may have called it earlier."""
+        if self._entry_bytes is not None and self._entry_bytes[0] == id(entrypoint):
+            return
         future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
 
         def pickle() -> None:
@@ -522,7 +525,7 @@ class RaySliceProvider:
         self._entry_bytes = (id(entrypoint), future)
         threading.Thread(target=pickle, daemon=True, name="fray-pickle-entrypoint").start()
 
-    def _entry_arg(self, entrypoint: Entrypoint, attempt: str) -> Any:
+    def _entry_arg(self, entrypoint: Entrypoint, attempt: int) -> Any:
         """The pickled entrypoint as a host task argument, once per attempt.
 
         Small (the usual case): the bytes themselves, which Ray inlines in the task spec, so no host fetches
@@ -537,31 +540,44 @@ class RaySliceProvider:
             self._entry = (key, data if len(data) <= INLINE_ENTRY_LIMIT else ray.put(data))
         return self._entry[1]
 
-    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+    def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         pg = lease.handle[1]
-        entry = self._entry_arg(entrypoint, env_per_host[0]["FRAY_ATTEMPT"])
+        entry = self._entry_arg(entrypoint, hosts[0].attempt)
         is_tpu = lease.device_type not in ("cpu", "gpu")
-        runs = []
-        for h, env in enumerate(env_per_host):
-            attempt, s = env["FRAY_ATTEMPT"], env["FRAY_SLICE_ID"]
-            if is_tpu:
-                tag, where = f"a{attempt} s{s}/h{h}", f"{lease.name} host {h}"
-                opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": float(get_tpu_spec(lease.device_type).chips_per_host)}}
-            else:
-                tag, where = f"a{attempt} r{env['FRAY_REPLICA_ID']}", f"replica {h}"
-                opts = self._gang_task_options(pg, h)
-            env = dict(env)
-            env["FRAY_CLUSTER_SPEC"] = "ray"  # tasks inside the job use Ray's job context
-            ref = _host_task.options(
-                max_retries=0,
-                retry_exceptions=False,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=h),
-                runtime_env=self.runtime_env,
-                name=f"fray:{self.job_id}:{tag}",
-                **opts,
-            ).remote(entry, env, tag, where, self.host_config)
-            runs.append(HostRun(lease=lease, slice_index=int(s), host_index=h, handle=_Task(ref, tag=tag)))
+        runs: list[HostRun] = []
+        try:
+            for spec in hosts:
+                runs.append(self._start_host(lease, pg, spec, entry, is_tpu))
+        except BaseException:
+            # all or nothing (see SliceProvider.start): the host tasks already submitted must not run on
+            for r in runs:
+                try:
+                    ray.cancel(r.handle.ref, force=True)
+                except Exception:
+                    pass  # already finished
+            raise
         return runs
+
+    def _start_host(self, lease: SliceLease, pg: PlacementGroup, spec: HostSpec, entry: Any, is_tpu: bool) -> HostRun:
+        """Submit one host's task (not waited for)."""
+        attempt, s, h = spec.attempt, spec.slice_index, spec.host_index
+        if is_tpu:
+            tag, where = f"a{attempt} s{s}/h{h}", f"{lease.name} host {h}"
+            opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": float(get_tpu_spec(lease.device_type).chips_per_host)}}
+        else:
+            tag, where = f"a{attempt} r{h}", f"replica {h}"
+            opts = self._gang_task_options(pg, h)
+        env = dict(spec.env)
+        env["FRAY_CLUSTER_SPEC"] = "ray"  # tasks inside the job use Ray's job context
+        ref = _host_task.options(
+            max_retries=0,
+            retry_exceptions=False,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=h),
+            runtime_env=self.runtime_env,
+            name=f"fray:{self.job_id}:{tag}",
+            **opts,
+        ).remote(entry, env, tag, where, self.host_config)
+        return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag))
 
     # ------------------------------------------------------------------------------------- started
 
@@ -570,7 +586,7 @@ class RaySliceProvider:
         where it runs (what a graceful ``cancel`` signals)."""
         self._reported_in[tag] = process
 
-    def started_runs(self, runs: list[HostRun]) -> list[HostRun]:
+    def started_runs(self, runs: list[HostRun]) -> list[HostRun] | None:
         """The runs whose host process has started (see ``SliceProvider``)."""
         return [r for r in runs if r.handle.tag in self._reported_in]
 

@@ -148,7 +148,8 @@ def test_a_job_waiting_in_the_fleet_queue_keeps_the_free_slices() -> None:
 
 def test_a_provider_that_cannot_tell_free_slices_never_grows() -> None:
     class NoFreeSlices(InMemorySliceProvider):
-        free_slices = None  # type: ignore[assignment]  # as the Ray provider: no such method
+        def free_slices(self, tpu_type: str) -> int | None:
+            return None  # the base class's default: cannot tell
 
     clock = FakeClock(horizon=10_000.0)
     provider = NoFreeSlices({"v4-16": 2}, clock, script=lambda a, s, h: HostScript("SUCCEEDED", after=2000.0))

@@ -4,7 +4,7 @@ the fleet's fair queue, bad-host quarantine. On the fake clock unless said other
 from __future__ import annotations
 
 from fray_core import Goodput
-from fray_core.runner import GangRunner, RetryPolicy
+from fray_core.runner import GangRunner, RetryPolicy, SliceProvider
 from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
 from fray_core.types import AttemptOutcome, Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig
 
@@ -248,7 +248,7 @@ def test_waiting_for_held_slices_never_spends_budget(slices: int, want: int, hel
     provider.check()
 
 
-class _Flapping:
+class _Flapping(SliceProvider):
     """A provider whose every acquire round ends in ``Unschedulable``, held or missing by ``pattern``
     (cycled): a slice that keeps looking free and failing, between rounds where others hold it."""
 
@@ -266,6 +266,11 @@ class _Flapping:
 
     def release(self, leases: list) -> None:
         pass
+
+    def start(self, lease: object, hosts: list, entrypoint: object) -> list:
+        raise AssertionError("never acquires, so never starts")
+
+    wait_any = cancel = start  # type: ignore[assignment]
 
 
 @settings(max_examples=100, deadline=None)

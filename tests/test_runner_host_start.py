@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from fray_core.runner import GangRunner, HostOutcome, HostOutcomeKind, HostRun, RetryPolicy, SliceLease
+from fray_core.runner import GangRunner, HostOutcome, HostOutcomeKind, HostRun, HostSpec, RetryPolicy, SliceLease, SliceProvider
 from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig
 
 POLICY = RetryPolicy(backoff_initial=0.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=2.0, host_start_timeout=30.0)
@@ -26,7 +26,7 @@ class Clock:
 
 
 @attrs.define(eq=False)
-class ScriptedProvider:
+class ScriptedProvider(SliceProvider):
     """One v4-16 slice per attempt; ``step(provider, t)`` runs before every ``wait_any`` (time ``t``) and
     may mark hosts started (``started``) or ended (``ended``: run key -> kind)."""
 
@@ -42,7 +42,7 @@ class ScriptedProvider:
         self.attempt += 1
         return [SliceLease(name=f"slice-{self.attempt}", device_type="v4-16", hosts=2, host_addresses=("10.0.0.1", "10.0.0.2"))]
 
-    def start(self, lease: SliceLease, env_per_host: list[dict[str, str]], entrypoint: Entrypoint) -> list[HostRun]:
+    def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         return [HostRun(lease, 0, h, handle=(self.attempt, 0, h)) for h in range(lease.hosts)]
 
     def wait_any(self, runs: list[HostRun], timeout: float) -> list[HostOutcome]:
@@ -56,7 +56,7 @@ class ScriptedProvider:
                 out.append(HostOutcome(r, self.ended[r.handle], result=r.handle[2]))
         return out
 
-    def cancel(self, runs: list[HostRun]) -> None:
+    def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
         self.cancelled.update(r.handle for r in runs)
 
     def release(self, leases: list[SliceLease]) -> None:

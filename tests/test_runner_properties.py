@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fray_core.runner import GangRunner, HostOutcomeKind, RetryPolicy, RunOutcome
+from fray_core.runner import GangRunner, HostOutcomeKind, HostSpec, RetryPolicy, RunOutcome
 from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider, RunRecord
 from fray_core.types import (
     Attempt,
@@ -707,7 +707,7 @@ def test_provider_reports_each_run_as_its_own_outcome_in_start_order() -> None:
     p = InMemorySliceProvider({"v4-16": 2}, clock, script=lambda a, s, h: "FAILED" if (s, h) == (1, 0) else "SUCCEEDED")
     leases = p.acquire(ResourceConfig.with_tpu("v4-16", slice_count=2), [2], 0.0)
     runs = [r for s, lease in enumerate(leases)
-            for r in p.start(lease, [{"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": str(s)}] * 2, ENTRY)]  # fmt: skip
+            for r in p.start(lease, [HostSpec(0, s, h, {}) for h in range(2)], ENTRY)]  # fmt: skip
     assert p.running_runs() == runs
     assert [(r.state, r.reported, r.attempt, r.started_at, r.kind) for r in runs] == [("running", False, 0, 0.0, None)] * 4
     out = p.wait_any(list(reversed(runs)), 5.0)
@@ -727,7 +727,7 @@ def test_provider_reports_a_runner_that_breaks_the_rules() -> None:
     p = InMemorySliceProvider({"v4-16": 2}, clock, script=lambda a, s, h: None)
     res = ResourceConfig.with_tpu("v4-16", slice_count=2)
     leases = p.acquire(res, [2], 0.0)
-    env = [{"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": "0"}, {"FRAY_ATTEMPT": "0", "FRAY_SLICE_ID": "0"}]
+    env = [HostSpec(0, 0, h, {}) for h in range(2)]
     runs = p.start(leases[0], env, ENTRY)
     assert p.wait_any(runs, 5.0) == [] and clock.now() == 5.0  # hung hosts: the clock moved, no sleep
     p.start(leases[1], env, ENTRY)
