@@ -40,7 +40,15 @@ import attrs
 from fray_core.clock import FakeClock, HorizonExceeded, Timer
 from fray_core.errors import Unschedulable
 from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
-from fray_core.provider import HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
+from fray_core.provider import (
+    Heartbeat,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    LeaseHealth,
+    SliceLease,
+    SliceProvider,
+)
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 
@@ -81,6 +89,9 @@ class HostScript:
     - ``error``: the error text of a FAILED host (a default names the attempt, slice and host).
     - ``restore_after``: for PREEMPTED, when the preempted slice comes back as a fresh incarnation
       (``None``: gone for good); by default the provider's ``restore_after``.
+    - ``heartbeat_every``: the host calls ``fray_core.heartbeat(step)`` every that many seconds from its
+      start (step 1, 2, ...); ``heartbeat_until``: and stops after that many seconds (a stall). ``None``:
+      no heartbeats / beats until it ends.
 
     A preemption takes the whole slice, as on a real TPU pod: every host of it still running ends
     PREEMPTED at that moment.
@@ -96,6 +107,8 @@ class HostScript:
     result: Any = DEFAULT
     error: str | None = None
     restore_after: Any = DEFAULT
+    heartbeat_every: float | None = None
+    heartbeat_until: float | None = None
 
     @kind.validator
     def _check_kind(self, _a: attrs.Attribute, value: HostOutcomeKind | None) -> None:
@@ -323,8 +336,6 @@ class InMemorySliceProvider(SliceProvider):
             detection_delay=detection_delay, clean_hosts=clean_hosts,
         )
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
-        self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
-        self._last_acquired: list[LeaseRecord] = []
         self._held: dict[LeaseRecord, None] = {}
         self._ready: dict[RunRecord, None] = {}  # ended, not yet reported
         self._due_at: dict[float, list[RunRecord]] = {}  # end time -> hosts due then, in start order
@@ -350,6 +361,9 @@ class InMemorySliceProvider(SliceProvider):
         self.hosts_started = 0
         self.unschedulable: list[tuple[float, str, bool]] = []  # (time, message, permanent)
         self.graceful_cancels: list[tuple[float, float, int]] = []  # (time, grace, hosts) of cancel(grace=...)
+        self.stack_dumps: list[tuple[float, list[tuple[int, int]]]] = []  # (time, (slice, host)s) of dump_stacks
+        self.notices: list[tuple[float, float, int]] = []  # (time, deadline, hosts) of announce_preemption
+        self._beating = False  # some host's script sends heartbeats (else heartbeats() answers at once)
 
     # -------------------------------------------------------------------------------- inventory
 
@@ -425,7 +439,6 @@ class InMemorySliceProvider(SliceProvider):
         group = next(self._groups)
         now = self.clock.now()
         leases = []
-        recs = []
         for fl in got:
             sl = fl.slice
             addr = self._addresses.get(sl)
@@ -436,9 +449,7 @@ class InMemorySliceProvider(SliceProvider):
             rec = LeaseRecord(fl, group, counts, free_before, now)
             fl.driver = rec
             fl.on_lost = self._on_lost_cb
-            recs.append(rec)
             leases.append(self._lease(rec, sl.name, sl.tpu_type, sl.hosts, addr[1]))
-        self._last_acquired = recs
         return leases
 
     def _host_strs(self, n: int) -> tuple[str, ...]:
@@ -492,8 +503,58 @@ class InMemorySliceProvider(SliceProvider):
                     rec.fleet_lease.driver = rec.fleet_lease.on_lost = None
 
     def was_preempted(self, lease: SliceLease) -> bool:
-        """Whether the slice was preempted while this lease held it (the cloud metadata probe)."""
-        return self._record_of(lease).preempted
+        """Whether the slice was preempted while this lease held it (the cloud metadata probe), once the loss
+        is detected (``detection_delay`` after it)."""
+        rec = self._record_of(lease)
+        fl = rec.fleet_lease
+        return rec.preempted and (fl is None or self.fleet.detected(fl))
+
+    def lease_health(self, leases: Sequence[SliceLease]) -> list[LeaseHealth]:
+        """The fleet model's view of each lease (a loss is seen ``detection_delay`` after it; a notice at once,
+        with its deadline on the fake wall clock)."""
+        out = []
+        clock = self.clock
+        for lease in leases:
+            fl = self._record_of(lease).fleet_lease
+            state = self.fleet.lease_state(fl) if fl is not None else "intact"
+            if state == "lost":
+                out.append(LeaseHealth.lost("preempted"))
+            elif state == "draining":
+                out.append(LeaseHealth.draining(clock.wall() + (fl.notice - clock.now()), "preemption notice"))  # type: ignore[union-attr,operator]
+            else:
+                out.append(LeaseHealth.intact())
+        return out
+
+    @property
+    def detection_delay(self) -> float:
+        return self.fleet.detection_delay
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        """The scripted heartbeats (``HostScript.heartbeat_every``/``heartbeat_until``) of running hosts."""
+        if not self._beating:
+            return {}
+        now = self.clock.now()
+        out: dict[HostRun, Heartbeat] = {}
+        for run in runs:
+            host: RunRecord = run  # type: ignore[assignment]
+            every = host.script.heartbeat_every
+            if every is None or host.kind is not None:
+                continue
+            until = host.script.heartbeat_until
+            start = host.started_at
+            upto = now if until is None else min(now, start + until)
+            n = int((upto - start) // every)
+            if n >= 1:
+                out[run] = Heartbeat(age=now - (start + n * every), step=n)
+        return out
+
+    def dump_stacks(self, runs: Sequence[HostRun]) -> None:
+        """Recorded in ``stack_dumps`` (the hosts are records: they have no stacks)."""
+        self.stack_dumps.append((self.clock.now(), [(r.slice_index, r.host_index) for r in runs]))
+
+    def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
+        """Recorded in ``notices``."""
+        self.notices.append((self.clock.now(), deadline, len(runs)))
 
     def _record_of(self, lease: SliceLease) -> LeaseRecord:
         rec = lease.handle
@@ -534,10 +595,8 @@ class InMemorySliceProvider(SliceProvider):
         rec.attempt = attempt
         rec.job_id = first.job_id if first is not None else ""
         fl = rec.fleet_lease
-        if fl is not None and self._armed_group != rec.group:
-            # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
-            self._armed_group = rec.group
-            self.fleet.arm(attempt, [r.fleet_lease for r in self._last_acquired if r.fleet_lease is not None])
+        if fl is not None:
+            self.fleet.start_slice(fl, attempt)  # the model arms the attempt's faults, once
         host_fate = self.fleet.host_fate
         faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
         clock = self.clock
@@ -553,6 +612,8 @@ class InMemorySliceProvider(SliceProvider):
             plan = self._script_for(attempt, s, h)
             host = RunRecord(lease, s, h, spec.env if self.record else None, plan)  # type: ignore[arg-type]
             new.append(host)
+            if plan.heartbeat_every is not None:
+                self._beating = True
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
             elif faulty and self._ended_by(host, host_fate(fl, h)):  # type: ignore[arg-type]

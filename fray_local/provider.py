@@ -46,8 +46,6 @@ class LocalSliceProvider(SliceProvider):
         self.gpu_devices = gpu_devices  # CUDA_VISIBLE_DEVICES of each replica of a GPU job
         self.submitted_at = submitted_at
         self._seq = 0
-        self._armed_attempts: set[int] = set()
-        self._attempt_leases: list[SliceLease] = []
         log.on_error(self._log_failed)
 
     # ------------------------------------------------------------------------------------- acquire
@@ -56,7 +54,6 @@ class LocalSliceProvider(SliceProvider):
         dev = resources.device
         if isinstance(dev, TpuConfig):
             leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
-            self._attempt_leases = leases  # the fault plan addresses the attempt's slices by index
             return leases
         n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         return [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
@@ -75,10 +72,8 @@ class LocalSliceProvider(SliceProvider):
         attempt = hosts[0].attempt
         slice_index = hosts[0].slice_index
         is_tpu = lease.handle is not None
-        if is_tpu and attempt not in self._armed_attempts:
-            # faults are keyed by attempt; armed once, when its first slice starts, on that attempt's leases
-            self._armed_attempts.add(attempt)
-            self.fleet.arm(attempt, self._attempt_leases)
+        if is_tpu:
+            self.fleet.start_slice(lease, attempt)  # the model arms the attempt's faults, once
         payload = os.path.join(self.job_dir, f"entry-a{attempt}.pkl")
         if not os.path.exists(payload):
             with open(payload, "wb") as f:
