@@ -277,8 +277,48 @@ class TpuFleet:
                 self._cond.notify_all()
 
     def was_preempted(self, lease: SliceLease) -> bool:
+        """Whether the slice was preempted while the lease held it, as far as the control plane has
+        detected (``detection_delay`` after the loss)."""
         fl: FleetLease = lease.handle
-        return fl.lost or fl.slice.incarnation != fl.incarnation
+        with self._cond:
+            return self.model.detected(fl) if fl.lost else fl.slice.incarnation != fl.incarnation
+
+    @property
+    def detection_delay(self) -> float:
+        """Seconds between a slice's loss (its hosts are killed at once) and the runner learning of it."""
+        return self.model.detection_delay
+
+    def detected_at(self, lease: SliceLease) -> float | None:
+        """When (``time.monotonic``) the loss of a lost slice is detected; ``None`` when it was not lost."""
+        with self._cond:
+            return self.model.detected_at(lease.handle)
+
+    def lease_state(self, lease: SliceLease) -> tuple[str, float | None]:
+        """``("lost" | "draining" | "intact", deadline)``: the model's :meth:`~fray_core.fleet.Fleet.lease_state`
+        and, when draining, the notice's deadline in epoch seconds."""
+        with self._cond:
+            fl: FleetLease = lease.handle
+            state = self.model.lease_state(fl)
+            if state == "draining" and fl.notice is not None:
+                return state, time.time() + (fl.notice - self._clock.now())
+            return state, None
+
+    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice: the slice is taken away ``grace`` seconds from now (its hosts are killed
+        then); the job holding it sees it draining at once, tells every host the deadline
+        (``fray_core.preemption_notice()``, ``FRAY_PREEMPTION_DEADLINE``) and sends them SIGTERM, and its next
+        attempt does not get this slice before it came back (``restore_after`` seconds after the deadline;
+        ``None``: gone). Returns the deadline in epoch seconds.
+
+        >>> fleet = TpuFleet({"v4-16": 2})
+        >>> deadline = fleet.notify_preemption("v4-16-1", grace=30.0)   # a free slice: taken away at once
+        >>> fleet.slice("v4-16-1").state
+        'down'
+        """
+        with self._cond:
+            at = self.model.notify_preemption(slice_name, grace, restore_after)
+            self._cond.notify_all()
+            return time.time() + (at - self._clock.now())
 
     def register_kill(self, lease: SliceLease, kill: Callable[[], None]) -> bool:
         """Attach a host process's kill to its slice; False if the slice was preempted meanwhile."""
