@@ -26,6 +26,7 @@ from fray_core.cli.output import (
     age,
     describe_goodput,
     describe_resources,
+    describe_step,
     job_json,
     print_attempts,
     print_results,
@@ -158,6 +159,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         fields.append(("finished", timestamp(info.finished_at)))
     if info.pending_reason and not info.status.is_terminal():
         fields.append(("pending", info.pending_reason))
+    if (step := describe_step(info)) is not None:
+        fields.append(("last step", step))
     if info.error:
         fields.append(("error", info.error))
     goodput = describe_goodput(info)
