@@ -320,6 +320,13 @@ class TpuFleet:
             self._cond.notify_all()
             return time.time() + (at - self._clock.now())
 
+    def device_fault(self, lease: SliceLease, host: int, what: str) -> None:
+        """A host process failed with a known device fault (``fray_core.signatures``): counted towards the
+        host's quarantine, and its lockfile removed (the next process on it starts clean)."""
+        with self._cond:
+            self.model.device_failed(lease.name, host, what)
+            self.model.clean(lease.name, host)
+
     def register_kill(self, lease: SliceLease, kill: Callable[[], None]) -> bool:
         """Attach a host process's kill to its slice; False if the slice was preempted meanwhile."""
         fl: FleetLease = lease.handle

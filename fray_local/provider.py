@@ -24,6 +24,7 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
+from fray_core.signatures import device_fault
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 from fray_local._proc import STACKS, HostProcess, LogSink
 from fray_local.fleet import TpuFleet
@@ -184,7 +185,25 @@ class LocalSliceProvider(SliceProvider):
                 self._cond.wait(left if hidden is None else max(0.0, min(left, hidden - time.monotonic())))
             for r in ended:
                 self._hosts[r].reported = True
-        return [self._outcome(r) for r in ended]
+        return [self._hygiene(self._outcome(r)) for r in ended]
+
+    def _hygiene(self, o: HostOutcome) -> HostOutcome:
+        """A TPU host that failed with a known device fault's signature (fray_core.signatures: device busy, a
+        stale libtpu lockfile, libtpu crashing at start) failed for its host, not for the job: PREEMPTED,
+        counted towards the host's quarantine, its lockfile removed, the fault named in the cause."""
+        run = o.run
+        if o.kind is not HostOutcomeKind.FAILED or run.lease.handle is None:
+            return o
+        host = self._hosts[run]
+        if host.log_error is not None or host.start_error is not None:
+            return o
+        rc = host.returncode
+        fault = device_fault(f"{o.error or ''}\n" + "\n".join(host.tail), -rc if rc is not None and rc < 0 else None)
+        if fault is None:
+            return o
+        self.fleet.device_fault(run.lease, run.host_index, fault)
+        where = f"{run.lease.name} host {run.host_index}"
+        return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"DeviceFault: {fault} on {where} (lockfile removed)\n{o.error or ''}")
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         host = self._hosts[run]

@@ -190,3 +190,27 @@ def test_a_stalled_host_is_restarted_with_the_stacks_of_every_thread_in_the_log(
     finally:
         cluster.close()
         fleet.close()
+
+
+# ------------------------------------------------------------------------------------------ host hygiene
+
+
+def says_tpu_in_use(flags: str) -> str:
+    if os.environ["FRAY_ATTEMPT"] == "0" and os.environ["TPU_WORKER_ID"] == "1":
+        # what libtpu says when another process holds the device
+        raise RuntimeError("TPU initialization failed: The TPU is already in use by process with pid 4242")
+    return "ok"
+
+
+def test_a_known_device_fault_signature_is_a_preemption_counted_towards_quarantine(tmp_path: Path) -> None:
+    fleet = TpuFleet({"v4-16": 1})
+    cluster = make_cluster(tmp_path, fleet)
+    try:
+        info = cluster.wait(cluster.launch(request(says_tpu_in_use, str(tmp_path), max_retries_failure=0)), timeout=60)
+        assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
+        assert info.failures == 0 and "DeviceFault: device busy (TPU is already in use) on v4-16-0 host 1" in (info.attempts[0].cause or "")
+        assert list(fleet.slice("v4-16-0").device_failures or {}) == [1]  # host 1's first device failure on record
+        assert not fleet.is_dirty("v4-16-0", 1)
+    finally:
+        cluster.close()
+        fleet.close()

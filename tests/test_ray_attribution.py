@@ -73,7 +73,14 @@ def sibling_fails_when_peer_is_gone(flags: str) -> str:
 
 
 def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failure_budget(ray_tpu_cluster: Any, tmp_path: Path) -> None:
-    cluster = ray_tpu_cluster.cluster
+    import attrs
+
+    from fray_ray import RayCluster
+    from fray_ray.testing import FAST_RAY_POLICY
+
+    # cancelled siblings are collected for less than Ray's node-death detection time: only the attribution
+    # window (lease health until detection_delay after the first failure) can see the loss
+    cluster = RayCluster(address=ray_tpu_cluster.address, retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5))
     req = JobRequest(
         name="sibling-first",
         entrypoint=Entrypoint(callable=sibling_fails_when_peer_is_gone, function_args={"flags": str(tmp_path)}),
