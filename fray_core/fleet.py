@@ -47,7 +47,7 @@ from typing import Any, Protocol, Union
 import attrs
 
 from fray_core.errors import Unschedulable
-from fray_core.scheduling import FairQueue, Quarantine, held_by, pending_reason
+from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
 __all__ = [
@@ -686,13 +686,6 @@ class Fleet:
         )
         return Unschedulable(message, held=held, reason=reason)
 
-    def _held_by(self, tpu_type: str) -> str:
-        """``"fleet: 1 free, 3 held by train-a, train-b"``: who holds the busy slices of a type."""
-        c = self._counts[tpu_type]
-        holders = (sl.lease.holder for sl in self._by_type.get(tpu_type, ()) if sl.lease is not None)
-        free = c["free"] - sum(sl.state == "free" for sl in self.quarantined(tpu_type))  # usable ones
-        return held_by(free, c["busy"], holders)
-
     def release(self, lease: FleetLease) -> bool:
         """Give a slice back; idempotent, and only frees the slice if the lease still holds it. Faults
         armed for the lease's attempt that have not fired are cancelled. True if the slice became free."""
@@ -1055,7 +1048,3 @@ class Fleet:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
         self.fault_plan = FaultPlan.chaos(seed, rate, **kw)
         return self.fault_plan
-
-
-def _by_index(sl: Slice) -> int:
-    return sl.index

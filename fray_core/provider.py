@@ -243,8 +243,9 @@ class SliceProvider(abc.ABC):
 
         For a TPU request: ``n`` whole slices of ``resources.device``, ``n`` the largest of ``counts``
         (given largest first) that fits now. For a CPU/GPU request: one pseudo-slice whose ``hosts`` is
-        ``resources.replicas`` (an int for CPU/GPU). Waits for capacity until ``deadline`` (a value of the
-        runner's monotonic clock), then raises :class:`~fray_core.errors.Unschedulable`
+        ``resources.replicas`` (an int for CPU/GPU). Waits for capacity at most until ``deadline`` (a value
+        of the runner's monotonic clock; the runner calls again in rounds, so a provider may also give up a
+        round earlier), then raises :class:`~fray_core.errors.Unschedulable`
         (``permanent=True`` when it can never fit; ``held=True`` when the capacity exists but other jobs
         hold it). Never returns some of the slices: on failure it holds nothing.
         """

@@ -2,10 +2,10 @@
 
 A backend implements the :class:`~fray_core.provider.SliceProvider` contract (acquire / start / wait_any /
 cancel / release, and optional capabilities whose defaults mean "cannot tell"; see :mod:`fray_core.provider`,
-whose types this module re-exports); :class:`GangRunner` holds all the policy: all-or-nothing slices, per-host environment (including
-``MEGASCALE_*`` recomputed every attempt), cancel-siblings-on-first-failure, classification of an attempt
-(any host preempted -> PREEMPTED, else FAILED), two retry budgets with backoff, release on every path, and
-no retry after ``terminate``.
+whose types this module re-exports); :class:`GangRunner` holds all the policy: all-or-nothing slices,
+per-host environment (including ``MEGASCALE_*`` recomputed every attempt), cancel-siblings-on-first-failure,
+classification of an attempt (any host preempted -> PREEMPTED, else FAILED), two retry budgets with backoff,
+release on every path, and no retry after ``terminate``.
 
 CPU/GPU jobs use the same runner: their gang is one pseudo-slice of ``replicas`` processes.
 
@@ -42,7 +42,6 @@ from fray_core.types import (
     Attempt,
     AttemptOutcome,
     ElasticConfig,
-    Entrypoint,
     Goodput,
     JobId,
     JobInfo,
@@ -394,7 +393,9 @@ class GangRunner:
             n_hosts = sum(lease.hosts for lease in leases)
             self.info.progress = f"attempt {attempt.index}: starting {n_hosts} hosts on {', '.join(attempt.slices)}"
             self._changed()
-            specs = slice_hosts(self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic)
+            specs = slice_hosts(
+                self.job_id, attempt.index, leases, tpu, self.request.env_vars, elastic=self.request.elastic
+            )
             try:
                 for lease, hosts in zip(leases, specs):
                     if self.stopped:

@@ -82,7 +82,6 @@ class LocalSliceProvider(SliceProvider):
 
     def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         attempt = hosts[0].attempt
-        slice_index = hosts[0].slice_index
         is_tpu = lease.handle is not None
         if is_tpu:
             self.fleet.start_slice(lease, attempt)  # the model arms the attempt's faults, once

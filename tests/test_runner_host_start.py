@@ -1,8 +1,8 @@
 """The runner's view of host start (backend-neutral): with a provider that reports which hosts have started
 (``started_runs``), a job is RUNNING only once every host of the attempt started, the progress says how
 many did, ``Attempt.hosts_started_at`` records when, and an attempt whose hosts do not all start within
-``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider without
-``started_runs`` counts its hosts started when ``start`` returns. On a fake clock: no processes, no sleeps."""
+``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider whose
+``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start`` returns. On a fake clock: no processes, no sleeps."""
 
 from __future__ import annotations
 

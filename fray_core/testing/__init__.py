@@ -2,7 +2,8 @@
 
 With them the gang runner runs thousands of attempts per second with no processes, no threads and no
 real waiting: every wait of the provider moves the fake clock forward instead of sleeping. Nothing here
-imports ray or pytest. Import it as ``fray_core.testing`` (it is not re-exported by ``fray_core``).
+imports ray or pytest. Import it as ``fray_core.testing`` (it is not re-exported by ``fray_core``). The
+backend conformance kit is the submodule ``fray_core.testing.conformance`` (pytest mixins; imports pytest).
 
 Example: a 2-slice job whose first attempt loses slice 1 to a preemption, then succeeds::
 
