@@ -254,3 +254,50 @@ def test_heartbeat_and_notice_are_harmless_outside_a_job(monkeypatch: pytest.Mon
     assert os.environ["FRAY_PREEMPTION_DEADLINE"] == "1234.5"
     with pytest.raises(TypeError, match="heartbeat\\(step\\): expected an int or None, got 1.5"):
         fray_core.heartbeat(1.5)  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------------------------------- chaos
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1))
+def test_chaos_of_losses_notices_failures_and_stalls_keeps_the_invariants(seed: int) -> None:
+    """Each fault at a seeded random instant of attempt 0 (a slice loss, a notice, a user failure, a stall), on a
+    fleet with a random detection time: the job ends within a bound with nothing leaked, a loss before the first
+    failure never costs the failure budget, and with every slice intact a failure never costs the preemption one."""
+    import random
+
+    rng = random.Random(seed)
+    delay = rng.choice([0.0, 2.0, 15.0])
+    loss = round(rng.uniform(0.5, 30.0), 2) if rng.random() < 0.5 else None
+    notice = round(rng.uniform(0.5, 30.0), 2) if rng.random() < 0.3 else None
+    fail = round(rng.uniform(0.5, 30.0), 2) if rng.random() < 0.5 else None
+    stall = round(rng.uniform(1.0, 30.0), 2) if rng.random() < 0.3 else None
+    if loss is None and notice is None and fail is None and stall is None:
+        loss = 5.0
+    print(f"seed={seed} detection_delay={delay} loss={loss} notice={notice} fail={fail} stall={stall}")
+
+    def script(attempt: int, s: int, h: int) -> HostScript:
+        if attempt > 0:
+            return HostScript("SUCCEEDED", after=2.0, heartbeat_every=1.0)
+        if (s, h) == (0, 0) and fail is not None:
+            return HostScript("FAILED", after=fail, error="RuntimeError: collective failed")
+        return HostScript(None, heartbeat_every=1.0, heartbeat_until=stall if (s, h) == (0, 1) else None)
+
+    plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=loss)] if loss is not None else [])
+    provider = InMemorySliceProvider({"v4-16": 4}, script=script, fault_plan=plan, detection_delay=delay)
+    if notice is not None:
+        provider.clock.call_later(notice, provider.notify_preemption, "v4-16-0", 20.0, 600.0)
+    runner = run(provider, request(failures=3, preemptions=5, stall_timeout=10.0))  # checks nothing leaked
+    info = runner.info
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    a0 = info.attempts[0]
+    first = min(t for t in (loss, notice, fail, stall + 10.0 if stall is not None else None) if t is not None)
+    # bounded: attempt 0 ends within the detection time, a notice's grace and collecting the hosts of its first event
+    assert (a0.ended_at or 0) - a0.started_at <= first + max(delay, 20.0) + POLICY.cancel_grace + 2 * POLICY.poll_interval
+    if loss is not None and (fail is None or loss < fail):
+        assert a0.outcome is not AttemptOutcome.FAILED, a0.cause
+    if loss is None and notice is None:
+        assert info.preemptions == 0 and a0.outcome in (AttemptOutcome.FAILED, AttemptOutcome.STALLED), a0.cause
+    if a0.outcome is AttemptOutcome.FAILED:
+        assert fail is not None and (loss is None or fail < loss) and (notice is None or fail < notice)
