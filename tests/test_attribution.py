@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fray_core.fleet import FaultPlan, PreemptSlice
 from fray_core.runner import GangRunner, RetryPolicy
-from fray_core.testing import HANG, FakeClock, HostScript, InMemorySliceProvider
+from fray_core.testing import HANG, HostScript, InMemorySliceProvider
 from fray_core.types import AttemptOutcome, Entrypoint, JobRequest, JobStatus, ResourceConfig
 
 POLICY = RetryPolicy(backoff_initial=1.0, poll_interval=0.5, cancel_grace=5.0)

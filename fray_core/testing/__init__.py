@@ -40,7 +40,7 @@ import attrs
 
 from fray_core.clock import FakeClock, HorizonExceeded, Timer
 from fray_core.errors import Unschedulable
-from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
+from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, Slice
 from fray_core.provider import (
     Heartbeat,
     HostOutcomeKind,
