@@ -253,6 +253,24 @@ def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
     return sent
 
 
+def _beat_to_gcs(key: str) -> None:
+    """This host's ``fray_core.heartbeat()`` goes to Ray's GCS key-value store (namespace ``fray``), where the
+    job's provider reads it (``RaySliceProvider.heartbeats``): no host can write where the runner runs."""
+    import ray
+
+    from fray_core import hostapi
+
+    gcs = ray._private.worker.global_worker.gcs_client
+
+    def beat(t: float, step: int | None) -> None:
+        try:
+            gcs.internal_kv_put(key.encode(), f"{t!r} {'' if step is None else step}".encode(), True, b"fray")
+        except Exception:
+            pass  # progress reporting must never fail the job
+
+    hostapi.set_channel(beat=beat)
+
+
 def _watch_drain(me: HostProcess, notice_file: str | None, stop: threading.Event, interval: float = 1.0) -> None:
     """Ray's preemption notice for this host's node (a drain with a deadline: the autoscaler's, a GKE
     maintenance event's): write the deadline where ``fray_core.preemption_notice()`` reads it, then SIGTERM the
@@ -427,6 +445,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
 
             me = HostProcess(ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token)
             config.supervisor.host_started.remote(tag, me)
+            _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
             threading.Thread(
                 target=_watch_drain, args=(me, os.environ.get("FRAY_NOTICE_FILE"), watching), daemon=True, name="fray-drain-watch"
             ).start()

@@ -51,6 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from fray_core.errors import Unschedulable
 from fray_core.provider import (
+    Heartbeat,
     HostOutcome,
     HostOutcomeKind,
     HostRun,
@@ -517,6 +518,10 @@ class RaySliceProvider(SliceProvider):
                 _Reservation([self._pending_gang[1]]).remove()
                 self._pending_gang = None
         self.scheduler.call("leave", self.job_id)
+        try:  # the hosts' heartbeats (see heartbeats)
+            ray._private.worker.global_worker.gcs_client.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
+        except Exception:
+            pass
 
     # --------------------------------------------------------------------------------------- start
 
@@ -631,6 +636,27 @@ class RaySliceProvider(SliceProvider):
             return cfg.health_check_period_ms() * cfg.health_check_failure_threshold() / 1000.0 + HEALTH_INTERVAL + 1.0
         except Exception:
             return 15.0 + HEALTH_INTERVAL + 1.0
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        """The hosts' last ``fray_core.heartbeat()``, from Ray's GCS key-value store (see ``_host._beat_to_gcs``)."""
+        if not runs:
+            return {}
+        keys = [f"fray-hb:{self.job_id}:{r.handle.tag}".encode() for r in runs]
+        try:
+            got = ray._private.worker.global_worker.gcs_client.internal_kv_multi_get(keys, b"fray")
+        except Exception:
+            return {}  # the GCS is busy: no news is not a stall signal by itself (ages are computed from the beats)
+        now = time.time()
+        out = {}
+        for r, k in zip(runs, keys):
+            value = got.get(k)
+            if value:
+                t, _, step = value.decode().partition(" ")
+                try:
+                    out[r] = Heartbeat(age=max(0.0, now - float(t)), step=int(step) if step.strip() else None)
+                except ValueError:
+                    pass
+        return out
 
     # announce_preemption: not overridden. A drained node takes no new task, so nothing pinned there could
     # deliver the deadline: each host task watches Ray's drain state of its own node and, at a drain, writes

@@ -96,3 +96,31 @@ def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failur
     assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
     assert info.failures == 0 and info.status is JobStatus.SUCCEEDED
     ray_tpu_cluster.wait_settled()
+
+
+def beats_then_hangs() -> str:
+    import fray_core
+
+    if os.environ["FRAY_ATTEMPT"] != "0":
+        fray_core.heartbeat(50)
+        time.sleep(1.5)  # the runner reads heartbeats of running hosts only: stay a few polls
+        return "ok"
+    for step in range(3):
+        fray_core.heartbeat(step)
+        time.sleep(0.5)
+    threading.Event().wait(120)
+    return "unreachable"
+
+
+def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_cluster: Any) -> None:
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="stall",
+        entrypoint=Entrypoint(callable=beats_then_hangs),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=1,
+        stall_timeout=4.0,
+    )
+    info = cluster.wait(cluster.launch(req), timeout=180)
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.STALLED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
+    assert info.failures == 1 and info.last_step == 50
