@@ -464,10 +464,10 @@ class GangRunner:
                 return self._on_notice(attempt, runs, pending, draining)
             lost_leases = [(lease, h) for lease, h in zip(leases, health) if h.state is LeaseState.LOST]
             if lost_leases:
-                self._cancel_and_drain(runs, pending)
+                gone = self._cancel_and_drain(runs, pending)  # a host of it reported lost says it best
                 if self.stopped:
                     return AttemptOutcome.CANCELLED, "terminated", None
-                return AttemptOutcome.PREEMPTED, _describe_leases(lost_leases), None
+                return AttemptOutcome.PREEMPTED, _describe(gone) if gone is not None else _describe_leases(lost_leases), None
             now = self.clock()
             if now >= beats_due:
                 beats_due = now + beat_every
