@@ -80,7 +80,9 @@ def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failur
 
     # cancelled siblings are collected for less than Ray's node-death detection time: only the attribution
     # window (lease health until detection_delay after the first failure) can see the loss
-    cluster = RayCluster(address=ray_tpu_cluster.address, retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5))
+    cluster = RayCluster(
+        address=ray_tpu_cluster.address, retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5), warm_supervisor=False
+    )
     req = JobRequest(
         name="sibling-first",
         entrypoint=Entrypoint(callable=sibling_fails_when_peer_is_gone, function_args={"flags": str(tmp_path)}),
