@@ -56,6 +56,7 @@ _LAZY: dict[str, str] = {
     "current_cluster": "fray_core.cluster",
     "fray_job_ctx": "fray_core.cluster",
     "get_tpu_spec": "fray_core.tpu",
+    "heartbeat": "fray_core.hostapi",
     "job": "fray_core.decorator",
     "worker_state": "fray_core.session",
     "Session": "fray_core.session",
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "JobFunction": "fray_core.decorator",
     "parse_size": "fray_core.types",
     "parse_spec": "fray_core.cluster",
+    "preemption_notice": "fray_core.hostapi",
     "register_backend": "fray_core.cluster",
     "set_current_cluster": "fray_core.cluster",
     "tpu_types": "fray_core.tpu",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
         Unschedulable,
         WaitTimeoutError,
     )
+    from fray_core.hostapi import heartbeat, preemption_notice
     from fray_core.tpu import TPU_CATALOG, TpuSpec, get_tpu_spec, tpu_types
     from fray_core.types import (
         Attempt,
@@ -157,9 +160,11 @@ __all__ = [
     "fray_job_ctx",
     "get_default_job_ctx",
     "get_tpu_spec",
+    "heartbeat",
     "job",
     "parse_size",
     "parse_spec",
+    "preemption_notice",
     "register_backend",
     "set_current_cluster",
     "tpu_types",

@@ -32,8 +32,8 @@ infrastructure's fault (the host ends PREEMPTED), not the user's.
 >>> fleet.describe("v4-16"), fleet.slice("v4-16-1").incarnation
 ('1 free, 1 busy, 0 preempted', 1)
 >>> fleet.break_host("v4-16-0", 1)
->>> fleet.host_fate(leases[0], 1).device_error
-'TpuDeviceError: the TPU device of v4-16-0 host 1 is broken (device init failed)'
+>>> fleet.host_fate(leases[0], 1)
+HostFate(kind='PREEMPTED', error='TpuDeviceError: the TPU device of v4-16-0 host 1 is broken (device init failed)', crash=False, cleaned=False)
 """
 
 from __future__ import annotations
@@ -209,18 +209,19 @@ class HostHealth(enum.Enum):
 
 @attrs.frozen
 class HostFate:
-    """What the fleet does to a host process as it starts (asked by drivers through :meth:`Fleet.host_fate`).
+    """What the fleet decided for a host process starting now (:meth:`Fleet.host_fate`); drivers only turn it
+    into an ended run (in memory) or into the host's environment (a real process).
 
-    ``device_error``: the device cannot be opened (a broken host): the process fails with this error,
-    the infrastructure's fault. ``dirty``: a stale lock is on the host (the driver cleans it, or the
-    process fails with device busy). ``fail``: an injected failure of the user's code, with this message;
-    ``crash``: the process dies hard, leaving its lock behind.
+    ``kind``: ``None`` (the process runs), ``"PREEMPTED"`` (its device cannot be opened: broken, or busy with
+    a stale lock; the infrastructure's fault) or ``"FAILED"`` (an injected failure of the user's code);
+    ``error`` the text it ends with. ``crash``: it dies hard, leaving its device lock behind (the host is
+    dirty from now on). ``cleaned``: a stale device lock was removed before the start (a note for the log).
     """
 
-    device_error: str | None = None
-    dirty: bool = False
-    fail: str | None = None
+    kind: str | None = None
+    error: str | None = None
     crash: bool = False
+    cleaned: bool = False
 
 
 _HEALTHY_FATE = HostFate()
@@ -230,7 +231,10 @@ class Slice:
     """One slice of the fleet. ``state``: ``free``, ``busy`` (held by ``lease``), ``down`` (preempted,
     coming back as a fresh incarnation) or ``gone`` (preempted for good, until restored)."""
 
-    __slots__ = ("name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick", "_quarantine")
+    __slots__ = (
+        "name", "tpu_type", "hosts", "index", "state", "incarnation", "preemptions", "lease", "sick", "_quarantine",
+        "draining",
+    )  # fmt: skip
 
     def __init__(self, name: str, tpu_type: str, hosts: int, index: int, quarantine: Quarantine | None = None) -> None:
         self.name = name
@@ -242,6 +246,7 @@ class Slice:
         self.preemptions = 0
         self.lease: FleetLease | None = None
         self.sick: dict[int, HostHealth] | None = None  # hosts that are not healthy
+        self.draining: tuple[float, float | None] | None = None  # a preemption notice: (deadline, restore_after)
         self._quarantine = quarantine if quarantine is not None else Quarantine()  # the fleet's, keyed by slice
 
     @property
@@ -274,11 +279,18 @@ class Slice:
 class FleetLease:
     """One incarnation of a slice, held by ``holder`` until released.
 
-    ``lost`` becomes True when the slice is preempted while held; ``on_lost(lease)`` (set by the driver)
-    is called at that moment, e.g. to kill the host processes. ``driver`` is the driver's own data.
+    ``lost`` becomes True when the slice is preempted while held (``lost_at``: when, on the fleet's clock);
+    ``on_lost(lease)`` (set by the driver) is called at that moment, e.g. to kill the host processes: they
+    are dead at once, though the runner learns of it only ``Fleet.detection_delay`` later
+    (:meth:`Fleet.detected`). ``notice`` is the deadline (fleet clock) of a pending preemption notice
+    (:meth:`Fleet.notify_preemption`), announced through ``on_notice(lease)``. ``driver`` is the driver's own
+    data; ``group`` the leases acquired together with it (one attempt's slices, whose faults are armed once).
     """
 
-    __slots__ = ("slice", "incarnation", "holder", "lost", "released", "on_lost", "driver", "_timers", "_host_faults")
+    __slots__ = (
+        "slice", "incarnation", "holder", "lost", "released", "on_lost", "driver", "_timers", "_host_faults",
+        "lost_at", "notice", "on_notice", "group",
+    )  # fmt: skip
 
     def __init__(self, sl: Slice, holder: str) -> None:
         self.slice = sl
@@ -290,6 +302,10 @@ class FleetLease:
         self.driver: Any = None
         self._timers: list[Any] | None = None  # faults armed for the attempt holding it
         self._host_faults: dict[int, FailHost] | None = None
+        self.lost_at: float | None = None
+        self.notice: float | None = None
+        self.on_notice: Callable[[FleetLease], None] | None = None
+        self.group: _Group | None = None
 
     @property
     def faulty(self) -> bool:
@@ -303,6 +319,16 @@ class FleetLease:
 
     def __repr__(self) -> str:
         return f"<FleetLease {self.slice.name}#{self.incarnation} {self.holder} {'live' if self.live else 'ended'}>"
+
+
+class _Group:
+    """The leases of one acquisition (one attempt), and whether the plan's faults were armed on them."""
+
+    __slots__ = ("leases", "armed")
+
+    def __init__(self, leases: list[FleetLease]) -> None:
+        self.leases = leases
+        self.armed = False
 
 
 _STATES = ("free", "busy", "down", "gone")
@@ -325,6 +351,16 @@ class Fleet:
       one host (:meth:`device_failed`) within the window, its slice is handed to no one for
       ``quarantine_for`` seconds (or until :meth:`repair_host`); slices with a device failure on record
       (until repaired) are handed out last.
+    - ``detection_delay``: seconds between a slice's loss and the runner learning of it (the control
+      plane's failure detection, e.g. Ray's node-death timeout): the lost slice's hosts are dead at once, but
+      their outcomes and :meth:`lease_state` tell of it only that much later. 0: at once.
+    - ``clean_hosts``: a host with a stale device lock is cleaned before the next process starts on it (as
+      fray does on a real TPU VM); when False, that process fails with device busy.
+
+    Faults have one vocabulary, here: :meth:`preempt`, :meth:`remove`, :meth:`restore`, :meth:`drop_capacity`,
+    :meth:`occupy`/:meth:`vacate` (another job holds a slice), :meth:`break_host`/:meth:`repair_host`,
+    :meth:`make_dirty`/:meth:`clean`, :meth:`notify_preemption`, and a :class:`FaultPlan` armed once per
+    attempt (:meth:`start_slice`). The model decides each host's fate (:meth:`host_fate`).
     """
 
     def __init__(
@@ -341,7 +377,13 @@ class Fleet:
         quarantine_after: int = 2,
         quarantine_window: float = 3600.0,
         quarantine_for: float = 1800.0,
+        detection_delay: float = 0.0,
+        clean_hosts: bool = True,
     ) -> None:
+        if isinstance(detection_delay, bool) or not isinstance(detection_delay, (int, float)) or not (
+            0.0 <= detection_delay < float("inf")
+        ):
+            raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
         if clock is None:
             from fray_core.clock import FakeClock
 
@@ -351,6 +393,9 @@ class Fleet:
         self._fleet_name = name
         self.fault_plan = fault_plan or FaultPlan()
         self.on_dirt = on_dirt
+        self.detection_delay = float(detection_delay)
+        self.clean_hosts = clean_hosts
+        self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
         self._slices: dict[str, Slice] = {}
         self._free: dict[str, dict[Slice, None]] = {}  # per type: the free slices
         # per type: the slices by index, and heaps of the indexes of free slices: healthy ones, and those
@@ -528,10 +573,38 @@ class Fleet:
         if queue is None:
             if avail >= wanted[-1]:  # nobody waits: the common case costs no queue
                 c = next(c for c in wanted if avail >= c)
-                return [self._take(sl, holder) for sl in self._pick(spec.name, c)]
+                return self._take_group(spec.name, c, holder)
             queue = self._queues[spec.name] = FairQueue(self._waiter_ttl)
         c = queue.admit(holder, wanted, avail, self.clock.now(), since=since)
-        return None if c is None else [self._take(sl, holder) for sl in self._pick(spec.name, c)]
+        return None if c is None else self._take_group(spec.name, c, holder)
+
+    def _take_group(self, tpu_type: str, c: int, holder: str) -> list[FleetLease]:
+        leases = [self._take(sl, holder) for sl in self._pick(tpu_type, c)]
+        group = _Group(leases)
+        for lease in leases:
+            lease.group = group
+        return leases
+
+    def acquire(
+        self,
+        holder: str,
+        tpu_type: str,
+        counts: Sequence[int],
+        deadline: float,
+        idle: Callable[[float], None],
+        since: float | None = None,
+    ) -> list[FleetLease]:
+        """:meth:`try_acquire` until it fits, or ``Unschedulable`` (with :meth:`unschedulable`'s diagnosis)
+        once the fleet's clock reaches ``deadline``. The one wait-for-capacity loop of every driver:
+        ``idle(deadline)`` lets time pass (a driver on a fake clock advances it to its next event, one on
+        threads waits on its lock's condition); it may return early, the loop asks again."""
+        while True:
+            got = self.try_acquire(holder, tpu_type, counts, since)
+            if got is not None:
+                return got
+            if self.clock.now() >= deadline:
+                raise self.unschedulable(counts, tpu_type, holder=holder)
+            idle(deadline)
 
     def _pick(self, tpu_type: str, c: int) -> list[Slice]:
         """``c`` free slices that are not quarantined: healthy ones first, then those with a device failure
@@ -659,6 +732,7 @@ class Fleet:
         if lease.released:
             return False
         lease.released = True
+        lease.group = None  # (no cycle between a group's leases outlives the attempt)
         if lease._timers:
             for t in lease._timers:
                 t.cancel()
@@ -666,25 +740,61 @@ class Fleet:
         sl = lease.slice
         if sl.lease is lease:
             sl.lease = None
+            if sl.draining is not None:  # noticed: it is going away, no one gets it before it has been and come back
+                deadline, restore_after = sl.draining
+                self._preempt_slice(sl, None if restore_after is None else max(0.0, deadline - self.clock.now()) + restore_after)
+                return False
             self._set_state(sl, "free")
             return True
         return False
+
+    def lease_state(self, lease: FleetLease) -> str:
+        """What the control plane can tell of a held slice now: ``"lost"`` (preempted, and detected:
+        ``detection_delay`` after the loss), ``"draining"`` (a preemption notice is pending, see
+        ``lease.notice``) or ``"intact"`` (as far as anyone can see: a loss not yet detected is intact).
+
+        >>> from fray_core.testing import FakeClock
+        >>> fleet = Fleet({"v4-16": 1}, FakeClock(), detection_delay=15.0)
+        >>> [lease] = fleet.try_acquire("job", "v4-16", [1])
+        >>> fleet.preempt("v4-16-0")
+        >>> lease.lost, fleet.lease_state(lease)
+        (True, 'intact')
+        >>> fleet.clock.advance(15.0)
+        >>> fleet.lease_state(lease)
+        'lost'
+        """
+        if lease.lost:
+            return "lost" if self.detected(lease) else "intact"
+        return "draining" if lease.notice is not None and not lease.released else "intact"
+
+    def detected(self, lease: FleetLease) -> bool:
+        """Whether the loss of a lost lease is known to the runner by now (``detection_delay`` after it)."""
+        return lease.lost_at is not None and self.clock.now() >= lease.lost_at + self.detection_delay
+
+    def detected_at(self, lease: FleetLease) -> float | None:
+        """When the loss of a lost lease is (or was) detected, on the fleet's clock; ``None`` if not lost."""
+        return None if lease.lost_at is None else lease.lost_at + self.detection_delay
 
     # ---------------------------------------------------------------------------------------- faults
 
     def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
         """Preempt a slice now: the lease holding it is lost (its ``on_lost`` runs) and the slice is down;
         a fresh incarnation is free after ``restore_after`` seconds (``None``: gone until :meth:`restore`)."""
-        sl = self.slice(slice_name)
+        self._preempt_slice(self.slice(slice_name), restore_after)
+
+    def _preempt_slice(self, sl: Slice, restore_after: float | None) -> None:
         if sl.state in ("down", "gone"):
             return
         lease = sl.lease
         sl.incarnation += 1
         sl.preemptions += 1
         sl.lease = None
+        sl.draining = None
+        self._occupied.pop(sl.name, None)
         self._set_state(sl, "gone" if restore_after is None else "down")
         if lease is not None:
             lease.lost = True
+            lease.lost_at = self.clock.now()
             if lease.on_lost is not None:
                 lease.on_lost(lease)
         if restore_after is not None:
@@ -713,6 +823,64 @@ class Fleet:
         sl = self.slice(slice_name)
         if sl.state in ("down", "gone"):
             self._fresh(sl)
+
+    def remove(self, slice_name: str) -> None:
+        """Capacity loss: the slice is preempted and gone until :meth:`restore`."""
+        self.preempt(slice_name, restore_after=None)
+
+    def occupy(self, slice_name: str, holder: str = "(another job)") -> None:
+        """Another job takes a free slice (it counts as busy) until :meth:`vacate`."""
+        sl = self.slice(slice_name)
+        if sl.state != "free":
+            raise ValueError(f"occupy({slice_name!r}): the slice is {sl.state}, only a free slice can be occupied")
+        self._occupied[slice_name] = self.take(slice_name, holder)
+
+    def vacate(self, slice_name: str) -> None:
+        """The other job (:meth:`occupy`) gives the slice back."""
+        lease = self._occupied.pop(slice_name, None)
+        if lease is not None:
+            self.release(lease)
+
+    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice: the slice is taken away ``grace`` seconds from now (a fresh incarnation back
+        ``restore_after`` seconds after that; ``None``: gone). The lease holding it learns of it at once
+        (``lease.notice``, its ``on_notice(lease)``: the driver signals the hosts) and reads ``"draining"`` in
+        :meth:`lease_state`; what still holds it at the deadline is preempted. Released before then, the
+        slice is not handed out again until it has come back. A free slice is taken away at once. Returns the
+        deadline on the fleet's clock.
+
+        >>> from fray_core.testing import FakeClock
+        >>> fleet = Fleet({"v4-16": 1}, FakeClock())
+        >>> [lease] = fleet.try_acquire("job", "v4-16", [1])
+        >>> fleet.notify_preemption("v4-16-0", grace=30.0)
+        30.0
+        >>> fleet.lease_state(lease), lease.notice
+        ('draining', 30.0)
+        >>> fleet.clock.advance(30.0)
+        >>> lease.lost, fleet.slice("v4-16-0").incarnation
+        (True, 1)
+        """
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0.0 <= grace < float("inf"):
+            raise ValueError(f"notify_preemption: grace must be seconds >= 0, got {grace!r}")
+        sl = self.slice(slice_name)
+        deadline = self.clock.now() + grace
+        lease = sl.lease
+        if sl.state != "busy" or lease is None:
+            if sl.state == "free":
+                self._preempt_slice(sl, None if restore_after is None else grace + restore_after)
+            return deadline
+        if sl.draining is not None and sl.draining[0] <= deadline:
+            return sl.draining[0]  # an earlier notice stands
+        sl.draining = (deadline, restore_after)
+        lease.notice = deadline
+        self.clock.call_later(grace, self._notice_due, sl, sl.incarnation, deadline)
+        if lease.on_notice is not None:
+            lease.on_notice(lease)
+        return deadline
+
+    def _notice_due(self, sl: Slice, incarnation: int, deadline: float) -> None:
+        if sl.incarnation == incarnation and sl.draining is not None and sl.draining[0] == deadline:
+            self._preempt_slice(sl, sl.draining[1])
 
     def drop_capacity(self, tpu_type: str, to: int, duration: float | None = 1.0) -> list[str]:
         """Only ``to`` slices of ``tpu_type`` stay up; the others (free ones first, then busy ones) are
@@ -866,22 +1034,55 @@ class Fleet:
         if not owner.released:
             self.drop_capacity(f.tpu_type, f.to, f.duration)
 
+    def start_slice(self, lease: FleetLease, attempt: int) -> None:
+        """A driver starts the hosts of a slice of attempt ``attempt``: the first slice of an acquisition to
+        start arms the plan's faults for that attempt on all of its slices (once per attempt, whichever
+        driver asks, however many slices start)."""
+        group = lease.group
+        if group is not None and not group.armed:
+            group.armed = True
+            self.arm(attempt, [x for x in group.leases if not x.released])
+
     def host_fate(self, lease: FleetLease, host: int) -> HostFate:
-        """What happens to a process started now on host ``host`` of the lease's slice."""
+        """What happens to a process started now on host ``host`` of the lease's slice, decided here and
+        applied to the model: a broken device fails it (PREEMPTED, counted towards the host's quarantine); a
+        stale device lock is cleaned (``clean_hosts``) or fails it with device busy (PREEMPTED, counted); a
+        ``FailHost`` fault fails it (FAILED), a crashing one leaves the host dirty.
+
+        >>> from fray_core.testing import FakeClock
+        >>> fleet = Fleet({"v4-16": 1}, FakeClock())
+        >>> [lease] = fleet.try_acquire("job", "v4-16", [1])
+        >>> fleet.break_host("v4-16-0", 1)
+        >>> fleet.host_fate(lease, 1).kind, fleet.host_fate(lease, 0).kind
+        ('PREEMPTED', None)
+        """
         sl = lease.slice
         fault = lease._host_faults.get(host) if lease._host_faults else None
         health = sl.sick.get(host) if sl.sick else None
         if fault is None and health is None:
             return _HEALTHY_FATE
-        device_error = None
+        cleaned = False
         if health is HostHealth.BROKEN:
-            device_error = f"TpuDeviceError: the TPU device of {sl.name} host {host} is broken (device init failed)"
-        return HostFate(
-            device_error=device_error,
-            dirty=health is HostHealth.DIRTY,
-            fail=fault.message if fault is not None else None,
-            crash=fault is not None and fault.crash,
-        )
+            self.device_failed(sl.name, host, "device error")
+            return HostFate(
+                "PREEMPTED", f"TpuDeviceError: the TPU device of {sl.name} host {host} is broken (device init failed)"
+            )
+        if health is HostHealth.DIRTY:
+            if not self.clean_hosts:
+                self.device_failed(sl.name, host, "device busy")
+                return HostFate(
+                    "PREEMPTED",
+                    f"DeviceBusyError: TPU in use: a stale device lock is on {sl.name} host {host} (device init failed)",
+                )
+            cleaned = self.clean(sl.name, host)
+        if fault is None:
+            return HostFate(cleaned=cleaned)
+        if fault.crash:
+            self.make_dirty(sl.name, host)  # a crashed TPU process leaves its lock behind
+            return HostFate(
+                "FAILED", f"HostCrashed: simulated crash on {sl.name} host {host}: {fault.message}", crash=True, cleaned=cleaned
+            )
+        return HostFate("FAILED", f"SimulatedHostFailure: {fault.message}", cleaned=cleaned)
 
     def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""

@@ -44,6 +44,7 @@ import attrs
 from fray_core.types import Entrypoint, ResourceConfig
 
 __all__ = [
+    "Heartbeat",
     "HostOutcome",
     "HostOutcomeKind",
     "HostRun",
@@ -199,6 +200,19 @@ _INTACT = LeaseHealth(LeaseState.INTACT)
 _UNKNOWN = LeaseHealth(LeaseState.UNKNOWN)
 
 
+@attrs.frozen
+class Heartbeat:
+    """The last heartbeat of one host (``fray_core.heartbeat(step)`` in host code): ``age`` seconds ago
+    (on the provider's clock), with the ``step`` it gave (``None`` when none was given).
+
+    >>> Heartbeat(age=2.5, step=1200).step
+    1200
+    """
+
+    age: float
+    step: int | None = None
+
+
 class SliceProvider(abc.ABC):
     """The substrate a backend implements for the runner. One provider instance serves one job.
 
@@ -309,3 +323,19 @@ class SliceProvider(abc.ABC):
         timeout): a host failure within that long of a slice loss may be the loss itself. Default: 0.0
         (losses are seen at once)."""
         return 0.0
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> Mapping[HostRun, Heartbeat] | None:
+        """The last heartbeat of each run among ``runs`` that has sent one (a run that has not is absent);
+        cheap and non-blocking. What ``JobRequest.stall_timeout``/``startup_timeout`` and the job's last step
+        are computed from. Default: ``None`` (cannot tell: no stall detection)."""
+        return None
+
+    def dump_stacks(self, runs: Sequence[HostRun]) -> None:
+        """Write the Python stacks of every thread of these hosts to the job log, each under its host's
+        prefix (before a stalled attempt's hosts are stopped). Best effort, non-blocking. Default: nothing."""
+
+    def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
+        """Tell these hosts a preemption is due at ``deadline`` (epoch seconds), just before the runner
+        stops them gracefully (``cancel(runs, grace=...)``, whose SIGTERM they get): afterwards
+        ``fray_core.preemption_notice()`` in host code returns the deadline. Default: nothing (the hosts
+        only get the SIGTERM)."""

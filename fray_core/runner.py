@@ -97,6 +97,8 @@ class RetryPolicy:
     # per attempt, for providers that report host start: every host must have started within this many
     # seconds after start() returned, else the slice is taken as lost (PREEMPTED)
     host_start_timeout: float = 300.0
+    # how often heartbeats are read for the job's last step when no stall detection asks for every poll
+    progress_interval: float = 5.0
 
     def __attrs_post_init__(self) -> None:
         # Checked once here, not on assignment: a NaN or zero poll_interval would spin a core, a NaN
@@ -253,6 +255,7 @@ class GangRunner:
         self._on_change = on_change
         self.info = info or JobInfo(job_id=self.job_id, name=request.name, status=JobStatus.PENDING, submitted_at=wall())
         self._attempt: Attempt | None = None  # the attempt being acquired for
+        self._stall_is_startup = False  # the last STALLED attempt: no first heartbeat (else: one stopped coming)
         self._t0 = wall()  # when run() began (reset by run())
 
     # ------------------------------------------------------------------------------------- control
@@ -306,19 +309,25 @@ class GangRunner:
                 self.info.progress = f"attempt {attempt.index} resized; restarting on more slices"
                 self._changed()
                 continue
-            if outcome is AttemptOutcome.FAILED:
+            # a stall after progress may be the user's (a deadlock, a hung data loader): the failure budget; a
+            # host that never sent its first heartbeat is an init hang, usually the platform's: the preemption one
+            if outcome is AttemptOutcome.FAILED or (outcome is AttemptOutcome.STALLED and not self._stall_is_startup):
                 self.info.failures += 1
                 if self.info.failures > req.max_retries_failure:
+                    what = "failed or stalled" if outcome is AttemptOutcome.STALLED else "failed"
                     return self._finish(
                         JobStatus.FAILED,
                         None,
-                        f"failed {self.info.failures} time(s), max_retries_failure={req.max_retries_failure}; "
+                        f"{what} {self.info.failures} time(s), max_retries_failure={req.max_retries_failure}; "
                         f"last error: {_first_line(cause)}",
                     )
-            else:  # PREEMPTED or UNSCHEDULABLE (a permanent Unschedulable already returned FAILED)
+            else:  # PREEMPTED, UNSCHEDULABLE or a startup STALL (a permanent Unschedulable already returned FAILED)
                 self.info.preemptions += 1
                 if self.info.preemptions > req.max_retries_preemption:
-                    what = "preempted or unschedulable" if outcome is AttemptOutcome.UNSCHEDULABLE else "preempted"
+                    what = {
+                        AttemptOutcome.UNSCHEDULABLE: "preempted or unschedulable",
+                        AttemptOutcome.STALLED: "preempted or stalled at startup",
+                    }.get(outcome, "preempted")
                     return self._finish(
                         JobStatus.FAILED,
                         None,
@@ -473,10 +482,32 @@ class GangRunner:
         if not not_started:
             self._all_started(attempt)
         grow = self._grow_watch(leases)
+        req = self.request
+        began = self.clock()
+        beats_due = began  # when to read the hosts' heartbeats next
+        beat_every = self.policy.poll_interval if req.stall_timeout or req.startup_timeout else self.policy.progress_interval
         while pending and first_bad is None:
             if self.stopped:
                 self._cancel_and_drain(runs, pending)
                 return AttemptOutcome.CANCELLED, "terminated", None
+            # the whole gang's leases: a notice stops every host gracefully before its slice is taken away; a
+            # slice seen lost ends the attempt now, whatever its hosts have (not yet) reported
+            health = self.provider.lease_health(leases)
+            draining = [(lease, h) for lease, h in zip(leases, health) if h.state is LeaseState.DRAINING]
+            if draining:
+                return self._on_notice(attempt, runs, pending, draining)
+            lost_leases = [(lease, h) for lease, h in zip(leases, health) if h.state is LeaseState.LOST]
+            if lost_leases:
+                gone = self._cancel_and_drain(runs, pending)  # a host of it reported lost says it best
+                if self.stopped:
+                    return AttemptOutcome.CANCELLED, "terminated", None
+                return AttemptOutcome.PREEMPTED, _describe(gone) if gone is not None else _describe_leases(lost_leases), None
+            now = self.clock()
+            if now >= beats_due:
+                beats_due = now + beat_every
+                stalled = self._check_progress(attempt, runs, pending, now - began)
+                if stalled is not None:
+                    return self._on_stall(attempt, runs, pending, leases, *stalled)
             if grow is not None:
                 target = grow()
                 if target is not None:
@@ -522,6 +553,7 @@ class GangRunner:
                 self._note_started(attempt, len(runs), not_started, ended)
         if first_bad is None:
             return AttemptOutcome.SUCCEEDED, None, [results[r] for r in _in_host_order(runs)]
+        failed_at = self.clock()
         lost = self._cancel_and_drain(runs, pending)
         if preempted is None:
             preempted = lost
@@ -530,9 +562,119 @@ class GangRunner:
         cause = _describe(first_bad)
         if preempted is not None:
             return AttemptOutcome.PREEMPTED, cause if first_bad is preempted else f"{_describe(preempted)}\n(first failure: {cause})", None
-        if any(self.provider.was_preempted(lease) for lease in leases):
-            return AttemptOutcome.PREEMPTED, f"host reported preempted by the cloud; {cause}", None
+        # a host failed with no host reported lost: before calling it the user's failure, look at the whole
+        # gang's leases until the backend would have detected a loss (siblings of a lost slice often fail first)
+        blame = self._attribute(leases, pending, failed_at)
+        if self.stopped:
+            return AttemptOutcome.CANCELLED, "terminated", None
+        if blame is not None:
+            return AttemptOutcome.PREEMPTED, f"{blame}\n(first failure: {cause})", None
         return AttemptOutcome.FAILED, cause, None
+
+    def _attribute(self, leases: list[SliceLease], pending: set[HostRun], since: float) -> str | None:
+        """Why the attempt is the infrastructure's fault after all, or ``None``: a slice of the gang seen lost
+        or draining (lease health), a host of it reported PREEMPTED, or the cloud's probe, at any moment until
+        ``detection_delay`` after ``since`` (the first failure). Returns at once on a backend that sees
+        losses at once."""
+        window_end = since + max(0.0, self.provider.detection_delay)
+        while True:
+            bad = [
+                (lease, h)
+                for lease, h in zip(leases, self.provider.lease_health(leases))
+                if h.state in (LeaseState.LOST, LeaseState.DRAINING)
+            ]
+            if bad:
+                return _describe_leases(bad)
+            probed = [lease.name for lease in leases if self.provider.was_preempted(lease)]
+            if probed:
+                return f"host reported preempted by the cloud ({', '.join(probed)})"
+            remaining = window_end - self.clock()
+            if remaining <= 0 or self.stopped:
+                return None
+            step = min(self.policy.poll_interval, remaining)
+            if pending:  # hosts of a lost slice not yet collected come back PREEMPTED once it is detected
+                for o in self.provider.wait_any(list(pending), step):
+                    pending.discard(o.run)
+                    if o.kind is HostOutcomeKind.PREEMPTED:
+                        return _describe(o)
+            else:
+                self._sleep(step)
+
+    def _on_notice(
+        self, attempt: Attempt, runs: list[HostRun], pending: set[HostRun], draining: list[tuple[SliceLease, LeaseHealth]]
+    ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
+        """A preemption notice for a slice of the gang: every host of the job is told the deadline and gets
+        SIGTERM, the grace until the deadline to checkpoint, then is killed; the attempt is PREEMPTED
+        whatever the hosts' exit codes (the next attempt does not get the draining slice)."""
+        deadline = min(h.deadline for _, h in draining if h.deadline is not None) if any(
+            h.deadline is not None for _, h in draining
+        ) else self.wall()
+        grace = max(0.0, deadline - self.wall())
+        what = _describe_leases(draining)
+        self.info.progress = f"attempt {attempt.index}: {what}; stopping every host ({grace:.0f} s to checkpoint)"
+        self._changed()
+        self.provider.announce_preemption(list(pending), deadline)
+        self._cancel_and_drain(runs, pending, grace=grace)
+        if self.stopped:
+            return AttemptOutcome.CANCELLED, "terminated", None
+        return (
+            AttemptOutcome.PREEMPTED,
+            f"{what}; every host got SIGTERM and FRAY_PREEMPTION_DEADLINE with {grace:.1f} s to the deadline",
+            None,
+        )
+
+    def _check_progress(
+        self, attempt: Attempt, runs: list[HostRun], pending: set[HostRun], running_for: float
+    ) -> tuple[str, bool] | None:
+        """Read the running hosts' heartbeats: keep the job's last step current, and return why the attempt
+        stalled (with whether it is a startup stall) when a timeout of the request has passed, else None."""
+        beats = self.provider.heartbeats(list(pending))
+        if beats is None:
+            return None
+        if beats:
+            newest = min(b.age for b in beats.values())
+            steps = [b.step for b in beats.values() if b.step is not None]
+            at = self.wall() - newest
+            step = max(steps) if steps else self.info.last_step
+            if step != self.info.last_step or self.info.last_heartbeat_at is None or at - self.info.last_heartbeat_at >= 1.0:
+                self.info.last_step, self.info.last_heartbeat_at = step, at
+                self._changed()
+        req = self.request
+        if req.stall_timeout is not None:
+            late = sorted((r for r, b in beats.items() if b.age > req.stall_timeout), key=_host_key)
+            if late:
+                b = beats[late[0]]
+                last = f", last step {b.step}" if b.step is not None else ""
+                return (
+                    f"stalled: {_hosts(late, len(runs))} sent no heartbeat for {req.stall_timeout:g} s "
+                    f"(stall_timeout; {_where(late[0])} last beat {b.age:.0f} s ago{last})",
+                    False,
+                )
+        if req.startup_timeout is not None and running_for >= req.startup_timeout:
+            silent = sorted((r for r in pending if r not in beats), key=_host_key)
+            if silent:
+                return (
+                    f"stalled at startup: {_hosts(silent, len(runs))} sent no first heartbeat within "
+                    f"{req.startup_timeout:g} s of the attempt's start (startup_timeout)",
+                    True,
+                )
+        return None
+
+    def _on_stall(
+        self, attempt: Attempt, runs: list[HostRun], pending: set[HostRun], leases: list[SliceLease], why: str, startup: bool
+    ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
+        """Stacks of every host to the job log, then stop them; a lost or draining slice makes it a preemption."""
+        self.info.progress = f"attempt {attempt.index}: {why}; writing the hosts' stacks to the log"
+        self._changed()
+        self.provider.dump_stacks(list(pending))
+        self._cancel_and_drain(runs, pending)
+        if self.stopped:
+            return AttemptOutcome.CANCELLED, "terminated", None
+        blame = self._attribute(leases, pending, self.clock())
+        if blame is not None:
+            return AttemptOutcome.PREEMPTED, f"{blame}\n(then: {why})", None
+        self._stall_is_startup = startup
+        return AttemptOutcome.STALLED, f"{why}; the stacks of every host are in the job log", None
 
     def _grow_watch(self, leases: list[SliceLease]) -> Callable[[], int | None] | None:
         """For an elastic job below its largest count on a provider that can tell free slices: a check,
@@ -595,6 +737,25 @@ def _where(run: HostRun) -> str:
     if run.lease.device_type in ("cpu", "gpu"):
         return f"replica {run.host_index}"
     return f"slice {run.slice_index} ({run.lease.name}) host {run.host_index}"
+
+
+def _host_key(run: HostRun) -> tuple[int, int]:
+    return run.slice_index, run.host_index
+
+
+def _hosts(runs: list[HostRun], total: int) -> str:
+    where = ", ".join(_where(r) for r in runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    return f"{len(runs)} of {total} hosts ({where})"
+
+
+def _describe_leases(bad: list[tuple[SliceLease, LeaseHealth]]) -> str:
+    """``"slice v4-16-1 lost (node dead)"`` / ``"preemption notice: slice v4-16-0 draining (...)"``."""
+    parts = []
+    for lease, h in bad:
+        reason = f" ({h.reason})" if h.reason else ""
+        parts.append(f"slice {lease.name} {h.state.value.lower()}{reason}")
+    notice = any(h.state is LeaseState.DRAINING for _, h in bad)
+    return ("preemption notice: " if notice else "Preempted: ") + ", ".join(parts)
 
 
 def _describe(o: Outcome) -> str:

@@ -660,6 +660,12 @@ class JobRequest:
     (``replicas=[4, 2, 1]``) grow to a larger count when slices free up (attempts ended to grow are
     RESIZED and spend no budget).
 
+    Stall detection, for hosts that call ``fray_core.heartbeat(step)``: ``stall_timeout=s`` ends an attempt
+    STALLED when a host that has sent a heartbeat sends none for ``s`` seconds (a hang after progress: spends
+    the failure budget); ``startup_timeout=s`` ends it STALLED when some host has not sent its first
+    heartbeat ``s`` seconds after the attempt's hosts were started (an init hang: spends the preemption
+    budget). Before the hosts are stopped, the stacks of all their threads go to the job log.
+
     >>> req = JobRequest(name="hello", entrypoint=Entrypoint(binary="echo", args=["hi"]))
     >>> req.max_retries_preemption
     100
@@ -672,6 +678,16 @@ class JobRequest:
     max_retries_failure: int = attrs.field(default=0)
     max_retries_preemption: int = attrs.field(default=100)
     elastic: ElasticConfig | None = attrs.field(default=None)
+    stall_timeout: float | None = attrs.field(default=None)
+    startup_timeout: float | None = attrs.field(default=None)
+
+    @stall_timeout.validator
+    @startup_timeout.validator
+    def _check_timeout(self, a: attrs.Attribute, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"JobRequest.{a.name}: expected seconds > 0 or None, got {value!r}")
 
     @name.validator
     def _check_name(self, _a: attrs.Attribute, value: Any) -> None:
@@ -776,6 +792,9 @@ class AttemptOutcome(str, enum.Enum):
     UNSCHEDULABLE = "UNSCHEDULABLE"
     #: ended by the runner to restart an elastic job on more slices (spends no retry budget)
     RESIZED = "RESIZED"
+    #: ended by the runner because a host stopped sending heartbeats (``JobRequest.stall_timeout``) or never
+    #: sent its first (``startup_timeout``); see docs/concepts.md for the budget each spends
+    STALLED = "STALLED"
 
     def __str__(self) -> str:
         return self.value
@@ -974,6 +993,9 @@ class JobInfo:
     goodput: Goodput | None = None
     #: a held session's calls so far (see :mod:`fray_core.session`; counted by the session's client); 0 for a job
     calls: int = 0
+    #: the latest step a host gave ``fray_core.heartbeat(step)``, and when (epoch s) the latest heartbeat came
+    last_step: int | None = None
+    last_heartbeat_at: float | None = None
     _loaded: tuple[list[Any]] | None = attrs.field(init=False, default=None, eq=False, repr=False)  # (results,)
 
     @property
@@ -1068,6 +1090,8 @@ class JobInfo:
             "goodput": self.goodput.to_json() if self.goodput is not None else None,
             "kind": self.kind,
             "calls": self.calls,
+            "last_step": self.last_step,
+            "last_heartbeat_at": self.last_heartbeat_at,
         }
 
     @staticmethod
@@ -1116,6 +1140,8 @@ class JobInfo:
             pending_reason=get("pending_reason", str),
             goodput=_goodput_from_json(get("goodput", dict)),
             calls=_count(get("calls", int, 0), "calls"),
+            last_step=get("last_step", int),
+            last_heartbeat_at=get("last_heartbeat_at", (int, float)),
         )
 
 
@@ -1167,4 +1193,6 @@ def summarize_request(request: JobRequest) -> dict[str, Any]:
         "elastic": (
             {"grow_after": request.elastic.grow_after, "grace": request.elastic.grace} if request.elastic else None
         ),
+        "stall_timeout": request.stall_timeout,
+        "startup_timeout": request.startup_timeout,
     }

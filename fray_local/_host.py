@@ -94,17 +94,22 @@ def _kill_tree(worker: int) -> int | None:
 
 
 def _soft_stop_grace() -> float:
-    """How long a graceful stop waits: an elastic job's hosts get its ``grace`` to checkpoint (the
-    supervisor kills them when it is over; this is the backstop should it not)."""
+    """How long a graceful stop waits: an elastic job's hosts get its ``grace`` to checkpoint, a noticed
+    preemption's the time to its deadline (the supervisor kills them when it is over; this is the backstop
+    should it not)."""
     try:
         elastic = float(os.environ.get("FRAY_ELASTIC_GRACE", "") or 0.0)
     except ValueError:
         elastic = 0.0
-    return max(SOFT_STOP_GRACE, elastic + 1.0)
+    from fray_core.hostapi import preemption_notice
+
+    deadline = preemption_notice()
+    notice = deadline - time.time() if deadline is not None else 0.0
+    return max(SOFT_STOP_GRACE, elastic + 1.0, notice + 1.0)
 
 
 def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
-    watched = {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS}
+    watched = {signal.SIGCHLD, _proc.HARD_STOP, _proc.STACKS, *_STOP_SIGNALS}
     status = None
     soft_deadline = None
     while status is None:
@@ -121,6 +126,11 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
             status = _reap(worker)[0]
         elif info.si_signo == _proc.HARD_STOP:
             break
+        elif info.si_signo == _proc.STACKS:  # the worker's faulthandler writes its stacks to the host's log
+            try:
+                os.kill(worker, _proc.STACKS)
+            except ProcessLookupError:
+                pass
         elif soft_deadline is None:  # stop gracefully: SIGTERM to the worker and everything it started
             _signal_all(worker, signal.SIGTERM)
             soft_deadline = time.monotonic() + _soft_stop_grace()
@@ -149,7 +159,7 @@ def main(argv: list[str]) -> int:
         if sup_pid:
             threading.Thread(target=_watch_supervisor, args=(sup_pid, sup_start), daemon=True).start()
         return _work(argv)
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, _proc.HARD_STOP, *_STOP_SIGNALS})
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, _proc.HARD_STOP, _proc.STACKS, *_STOP_SIGNALS})
     if sup_pid:
         # First the parent-death signal, then the check: a supervisor that died before the prctl is caught
         # by the check (our parent is no longer that process), one that dies after it by the signal.
@@ -198,6 +208,10 @@ def _write(path: str, payload: Any) -> None:
 
 
 def _work(argv: list[str]) -> int:
+    import faulthandler
+
+    # a stalled host's stacks, every thread, even one stuck in C code (a hung collective): see dump_stacks
+    faulthandler.register(_proc.STACKS, file=sys.stderr, all_threads=True)
     payload_path, result_path = argv[1], argv[2]
     extra_path = os.environ.pop("FRAY_SYS_PATH", None)
     if extra_path:
@@ -210,20 +224,18 @@ def _work(argv: list[str]) -> int:
     crash = os.environ.pop("FRAY_SIM_CRASH", None)
     device_error = os.environ.pop("FRAY_SIM_DEVICE_ERROR", None)
     try:
+        # the fleet model decided this host's fate (fray_core.fleet.Fleet.host_fate); the host only meets it
         if device_error:
-            raise TpuDeviceError(device_error.partition(": ")[2] or device_error)
+            kind, _, text = device_error.partition(": ")
+            raise (DeviceBusyError if kind == "DeviceBusyError" else TpuDeviceError)(text or device_error)
+        if crash:
+            print(crash, file=sys.stderr, flush=True)
+            os._exit(139)  # the model left the host's lockfile behind, as a crashed libtpu process does
+        if fail_msg:
+            raise SimulatedHostFailure(fail_msg.partition(": ")[2] or fail_msg)
         if lockfile:
-            if os.path.exists(lockfile):
-                raise DeviceBusyError(
-                    f"TPU in use: {lockfile} exists (a crashed process left it; device init failed)"
-                )
             with open(lockfile, "w") as f:
                 f.write(str(os.getpid()))
-        if crash:
-            print(f"simulated crash: {crash}", file=sys.stderr, flush=True)
-            os._exit(139)  # leaves the lockfile behind, as a crashed libtpu process does
-        if fail_msg:
-            raise SimulatedHostFailure(fail_msg)
 
         import cloudpickle
 

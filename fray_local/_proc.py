@@ -36,6 +36,7 @@ from fray_core.joblog import LogSink
 
 __all__ = [
     "HARD_STOP",
+    "STACKS",
     "LINUX",
     "HostProcess",
     "LogSink",
@@ -50,6 +51,8 @@ LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 
 # Sent to a guardian: kill the whole host now (preemption, the end of the job, the supervisor died).
 HARD_STOP: int = (signal.SIGRTMIN + 3) if LINUX and hasattr(signal, "SIGRTMIN") else signal.SIGUSR1
+# Sent to a guardian: have the worker write the Python stacks of all its threads to the host's log (a stall).
+STACKS: int = (signal.SIGRTMIN + 4) if LINUX and hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

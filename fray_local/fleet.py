@@ -114,6 +114,7 @@ class TpuFleet:
         quarantine_after: int = 2,
         quarantine_window: float = 3600.0,
         quarantine_for: float = 1800.0,
+        detection_delay: float = 0.0,
     ) -> None:
         self._cond = threading.Condition(threading.RLock())
         self._clock = _ThreadClock(self._cond)
@@ -122,6 +123,7 @@ class TpuFleet:
         self.model = Fleet(
             capacity, self._clock, on_demand=on_demand, fault_plan=fault_plan, on_dirt=self._on_dirt, name="TpuFleet",
             quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
+            detection_delay=detection_delay, clean_hosts=clean_lockfiles,
         )
 
     def __repr__(self) -> str:
@@ -239,24 +241,24 @@ class TpuFleet:
         the job was submitted, its place in line (jobs' runners ask in no particular order)."""
         spec = get_tpu_spec(tpu_type)
         wanted = sorted(set(counts), reverse=True)
+        # the model's clock is time.monotonic; a caller on another clock gets its deadline translated
+        deadline = self._clock.now() + (deadline - clock())
+
+        def idle(until: float) -> None:  # woken by every change of the fleet (its timers and faults notify)
+            self._cond.wait(max(0.0, min(until - self._clock.now(), 0.5)))
+
         with self._cond:
-            while True:
-                got = self.model.try_acquire(job_id, spec.name, wanted, since)
-                if got is not None:
-                    return [
-                        SliceLease(
-                            name=lease.slice.name,
-                            device_type=lease.slice.tpu_type,
-                            hosts=lease.slice.hosts,
-                            host_addresses=("127.0.0.1",) * lease.slice.hosts,
-                            handle=lease,
-                        )
-                        for lease in got
-                    ]
-                remaining = deadline - clock()
-                if remaining <= 0:
-                    raise self.model.unschedulable(wanted, spec.name, holder=job_id)
-                self._cond.wait(min(remaining, 0.5))
+            got = self.model.acquire(job_id, spec.name, wanted, deadline, idle, since)
+            return [
+                SliceLease(
+                    name=lease.slice.name,
+                    device_type=lease.slice.tpu_type,
+                    hosts=lease.slice.hosts,
+                    host_addresses=("127.0.0.1",) * lease.slice.hosts,
+                    handle=lease,
+                )
+                for lease in got
+            ]
 
     def free_slices(self, tpu_type: str, job_id: str | None = None) -> int:
         """Free slices of a type ``job_id`` could take now: not quarantined, not reserved for a job
@@ -278,8 +280,55 @@ class TpuFleet:
                 self._cond.notify_all()
 
     def was_preempted(self, lease: SliceLease) -> bool:
+        """Whether the slice was preempted while the lease held it, as far as the control plane has
+        detected (``detection_delay`` after the loss)."""
         fl: FleetLease = lease.handle
-        return fl.lost or fl.slice.incarnation != fl.incarnation
+        with self._cond:
+            return self.model.detected(fl) if fl.lost else fl.slice.incarnation != fl.incarnation
+
+    @property
+    def detection_delay(self) -> float:
+        """Seconds between a slice's loss (its hosts are killed at once) and the runner learning of it."""
+        return self.model.detection_delay
+
+    def detected_at(self, lease: SliceLease) -> float | None:
+        """When (``time.monotonic``) the loss of a lost slice is detected; ``None`` when it was not lost."""
+        with self._cond:
+            return self.model.detected_at(lease.handle)
+
+    def lease_state(self, lease: SliceLease) -> tuple[str, float | None]:
+        """``("lost" | "draining" | "intact", deadline)``: the model's :meth:`~fray_core.fleet.Fleet.lease_state`
+        and, when draining, the notice's deadline in epoch seconds."""
+        with self._cond:
+            fl: FleetLease = lease.handle
+            state = self.model.lease_state(fl)
+            if state == "draining" and fl.notice is not None:
+                return state, time.time() + (fl.notice - self._clock.now())
+            return state, None
+
+    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice: the slice is taken away ``grace`` seconds from now (its hosts are killed
+        then); the job holding it sees it draining at once, tells every host the deadline
+        (``fray_core.preemption_notice()``, ``FRAY_PREEMPTION_DEADLINE``) and sends them SIGTERM, and its next
+        attempt does not get this slice before it came back (``restore_after`` seconds after the deadline;
+        ``None``: gone). Returns the deadline in epoch seconds.
+
+        >>> fleet = TpuFleet({"v4-16": 2})
+        >>> deadline = fleet.notify_preemption("v4-16-1", grace=30.0)   # a free slice: taken away at once
+        >>> fleet.slice("v4-16-1").state
+        'down'
+        """
+        with self._cond:
+            at = self.model.notify_preemption(slice_name, grace, restore_after)
+            self._cond.notify_all()
+            return time.time() + (at - self._clock.now())
+
+    def device_fault(self, lease: SliceLease, host: int, what: str) -> None:
+        """A host process failed with a known device fault (``fray_core.signatures``): counted towards the
+        host's quarantine, and its lockfile removed (the next process on it starts clean)."""
+        with self._cond:
+            self.model.device_failed(lease.name, host, what)
+            self.model.clean(lease.name, host)
 
     def register_kill(self, lease: SliceLease, kill: Callable[[], None]) -> bool:
         """Attach a host process's kill to its slice; False if the slice was preempted meanwhile."""
@@ -328,20 +377,21 @@ class TpuFleet:
             self.model.arm(attempt, [lease.handle for lease in leases])
             self._cond.notify_all()
 
-    def host_env(self, lease: SliceLease, host: int) -> tuple[dict[str, str], str | None]:
-        """The simulated-TPU env of a process starting now on a host of the lease, and a log note (the
-        stale lockfile removed before start, when ``clean_lockfiles``)."""
+    def start_slice(self, lease: SliceLease, attempt: int) -> None:
+        """The hosts of a slice of attempt ``attempt`` start: the model arms that attempt's faults, once."""
         with self._cond:
-            fate = self.model.host_fate(lease.handle, host)
+            self.model.start_slice(lease.handle, attempt)
+            self._cond.notify_all()
+
+    def host_env(self, lease: SliceLease, host: int) -> tuple[dict[str, str], str | None]:
+        """The simulated-TPU env of a process starting now on a host of the lease (the fate the model
+        decided for it), and a log note (the stale lockfile removed before start)."""
+        with self._cond:
             lockfile = self.lockfile(lease.name, host)
-            note = None
-            if self.clean_lockfiles and self.clean(lease.name, host):
-                note = f"[fray] removed stale {lockfile} before start"
-            # the process will not get its device: the fleet counts it towards the host's quarantine
-            if fate.device_error:
-                self.model.device_failed(lease.name, host, "device error")
-            elif not self.clean_lockfiles and self.is_dirty(lease.name, host):
-                self.model.device_failed(lease.name, host, "device busy")
+            if self.is_dirty(lease.name, host) and self.model.host_health(lease.name, host) is HostHealth.HEALTHY:
+                self.model.make_dirty(lease.name, host)  # a process that died hard left its lockfile: the model learns of it
+            fate = self.model.host_fate(lease.handle, host)
+            note = f"[fray] removed stale {lockfile} before start" if fate.cleaned else None
             return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
 
     def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
@@ -360,13 +410,13 @@ class TpuFleet:
 
 
 def _fate_env(fate: HostFate) -> dict[str, str]:
-    """How the simulated host process (``fray_local._host``) learns what the fleet does to it."""
-    env = {}
-    if fate.device_error:
-        env["FRAY_SIM_DEVICE_ERROR"] = fate.device_error
-    if fate.fail is not None:
-        env["FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL"] = fate.fail
-    return env
+    """How the simulated host process (``fray_local._host``) meets the fate the model decided for it: it
+    ends with that error (a device error: the infrastructure's; else the user's), or dies hard."""
+    if fate.kind is None:
+        return {}
+    if fate.kind == "PREEMPTED":
+        return {"FRAY_SIM_DEVICE_ERROR": fate.error or "TpuDeviceError"}
+    return {"FRAY_SIM_CRASH" if fate.crash else "FRAY_SIM_FAIL": fate.error or "injected failure"}
 
 
 def _kill_all(lease: FleetLease) -> None:

@@ -14,9 +14,20 @@ from typing import Any
 import cloudpickle
 
 from fray_core._exits import describe_exit, exit_code_text
-from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
+from fray_core.hostapi import read_heartbeat, write_notice
+from fray_core.provider import (
+    Heartbeat,
+    HostOutcome,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    LeaseHealth,
+    SliceLease,
+    SliceProvider,
+)
+from fray_core.signatures import device_fault
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
-from fray_local._proc import HostProcess, LogSink
+from fray_local._proc import STACKS, HostProcess, LogSink
 from fray_local.fleet import TpuFleet
 
 __all__ = ["LocalSliceProvider", "LogSink"]
@@ -44,11 +55,10 @@ class LocalSliceProvider(SliceProvider):
         self.cwd = os.path.abspath(workspace) if workspace else os.getcwd()
         self._cond = threading.Condition()
         self._hosts: dict[HostRun, HostProcess] = {}
+        self._files: dict[HostRun, tuple[int, int]] = {}  # per host: (serial of its heartbeat file, attempt)
         self.gpu_devices = gpu_devices  # CUDA_VISIBLE_DEVICES of each replica of a GPU job
         self.submitted_at = submitted_at
         self._seq = 0
-        self._armed_attempts: set[int] = set()
-        self._attempt_leases: list[SliceLease] = []
         log.on_error(self._log_failed)
 
     # ------------------------------------------------------------------------------------- acquire
@@ -57,7 +67,6 @@ class LocalSliceProvider(SliceProvider):
         dev = resources.device
         if isinstance(dev, TpuConfig):
             leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
-            self._attempt_leases = leases  # the fault plan addresses the attempt's slices by index
             return leases
         n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         return [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
@@ -75,10 +84,8 @@ class LocalSliceProvider(SliceProvider):
     def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         attempt = hosts[0].attempt
         is_tpu = lease.handle is not None
-        if is_tpu and attempt not in self._armed_attempts:
-            # faults are keyed by attempt; armed once, when its first slice starts, on that attempt's leases
-            self._armed_attempts.add(attempt)
-            self.fleet.arm(attempt, self._attempt_leases)
+        if is_tpu:
+            self.fleet.start_slice(lease, attempt)  # the model arms the attempt's faults, once
         payload = os.path.join(self.job_dir, f"entry-a{attempt}.pkl")
         if not os.path.exists(payload):
             with open(payload, "wb") as f:
@@ -117,6 +124,9 @@ class LocalSliceProvider(SliceProvider):
             full_env.update(sim_env)
         self._seq += 1
         result_path = os.path.join(self.job_dir, f"result-{self._seq}.pkl")
+        # how fray_core.heartbeat() and preemption_notice() in the host reach us (see fray_core.hostapi)
+        full_env["FRAY_HEARTBEAT_FILE"] = os.path.join(self.job_dir, f"heartbeat-{self._seq}")
+        full_env["FRAY_NOTICE_FILE"] = os.path.join(self.job_dir, f"notice-a{attempt}")
         if lease.device_type == "gpu" and self.gpu_devices is not None:
             devices = ",".join(self.gpu_devices[h])
             full_env["CUDA_VISIBLE_DEVICES"] = devices
@@ -130,6 +140,7 @@ class LocalSliceProvider(SliceProvider):
         run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
         with self._cond:
             self._hosts[run] = host
+            self._files[run] = (self._seq, attempt)  # its heartbeat and notice files
         if is_tpu and not self.fleet.register_kill(lease, lambda host=host: self._preempt_host(host)):
             self._preempt_host(host)  # the slice went away while we were starting
         return run
@@ -156,16 +167,44 @@ class LocalSliceProvider(SliceProvider):
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                ended = [r for r in runs if self._hosts[r].done.is_set() and not self._hosts[r].reported]
+                ended = []
+                hidden = None  # the earliest instant a lost host, dead already, is detected
+                for r in runs:
+                    host = self._hosts[r]
+                    if not host.done.is_set() or host.reported:
+                        continue
+                    seen = self._detected_at(r) if host.preempted else None
+                    if seen is not None and seen > time.monotonic():
+                        hidden = seen if hidden is None else min(hidden, seen)
+                    else:
+                        ended.append(r)
                 if ended:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
-                self._cond.wait(left)
+                self._cond.wait(left if hidden is None else max(0.0, min(left, hidden - time.monotonic())))
             for r in ended:
                 self._hosts[r].reported = True
-        return [self._outcome(r) for r in ended]
+        return [self._hygiene(self._outcome(r)) for r in ended]
+
+    def _hygiene(self, o: HostOutcome) -> HostOutcome:
+        """A TPU host that failed with a known device fault's signature (fray_core.signatures: device busy, a
+        stale libtpu lockfile, libtpu crashing at start) failed for its host, not for the job: PREEMPTED,
+        counted towards the host's quarantine, its lockfile removed, the fault named in the cause."""
+        run = o.run
+        if o.kind is not HostOutcomeKind.FAILED or run.lease.handle is None:
+            return o
+        host = self._hosts[run]
+        if host.log_error is not None or host.start_error is not None:
+            return o
+        rc = host.returncode
+        fault = device_fault(f"{o.error or ''}\n" + "\n".join(host.tail), -rc if rc is not None and rc < 0 else None)
+        if fault is None:
+            return o
+        self.fleet.device_fault(run.lease, run.host_index, fault)
+        where = f"{run.lease.name} host {run.host_index}"
+        return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"DeviceFault: {fault} on {where} (lockfile removed)\n{o.error or ''}")
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         host = self._hosts[run]
@@ -202,6 +241,66 @@ class LocalSliceProvider(SliceProvider):
         )
 
     # -------------------------------------------------------------------------------------- cancel
+
+    def _detected_at(self, run: HostRun) -> float | None:
+        """When the fleet's control plane detects the loss of a preempted host's slice (its detection_delay)."""
+        if run.lease.handle is None:
+            return None
+        return self.fleet.detected_at(run.lease)
+
+    def lease_health(self, leases: Sequence[SliceLease]) -> list[LeaseHealth]:
+        """The fleet model's view of each TPU slice: lost (once detected), draining (a notice, with its
+        deadline) or intact; a CPU/GPU gang is intact."""
+        out = []
+        for lease in leases:
+            state, deadline = self.fleet.lease_state(lease) if lease.handle is not None else ("intact", None)
+            if state == "lost":
+                out.append(LeaseHealth.lost("preempted"))
+            elif state == "draining" and deadline is not None:
+                out.append(LeaseHealth.draining(deadline, "preemption notice"))
+            else:
+                out.append(LeaseHealth.intact())
+        return out
+
+    @property
+    def detection_delay(self) -> float:
+        return self.fleet.detection_delay
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        """The heartbeat file of each running host (``fray_core.heartbeat`` writes it)."""
+        now = time.time()
+        out = {}
+        for r in runs:
+            beat = read_heartbeat(os.path.join(self.job_dir, f"heartbeat-{self._files[r][0]}"))
+            if beat is not None:
+                out[r] = Heartbeat(age=max(0.0, now - beat[0]), step=beat[1])
+        return out
+
+    def dump_stacks(self, runs: Sequence[HostRun]) -> None:
+        """Each host's worker writes the stacks of all its threads (faulthandler) to its output, hence to the
+        job log under the host's prefix. Waits (at most 2 s) until every dump has begun to reach the log and
+        the host's output went quiet: a SIGTERM arriving mid-dump would cut it short."""
+        hosts = [self._hosts[r] for r in runs if not self._hosts[r].done.is_set()]
+        for host in hosts:
+            self.log.write(host.tag, "[fray] the Python stacks of every thread of this host, before it is stopped:")
+            host.signal(STACKS)
+        deadline = time.monotonic() + 2.0
+        for host in hosts:
+            last = None
+            while time.monotonic() < deadline and not host.done.is_set():
+                tail = list(host.tail)
+                if any("most recent call first" in line for line in tail) and tail[-1] is last:
+                    break  # the dump began and nothing came for one more poll: it is written
+                last = tail[-1] if tail else None
+                host.done.wait(0.1)
+
+    def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
+        """Write the deadline where ``fray_core.preemption_notice()`` of these hosts reads it."""
+        attempts = {self._files[r][1] for r in runs}
+        for attempt in attempts:
+            write_notice(os.path.join(self.job_dir, f"notice-a{attempt}"), deadline)
+        for r in runs:
+            self.log.write(self._hosts[r].tag, f"[fray] preemption notice: the slice goes away at {deadline:.3f} (epoch s)")
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of the type this job could take now (not reserved for a job waiting in the

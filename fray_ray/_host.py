@@ -283,6 +283,50 @@ def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
     return sent
 
 
+def _beat_to_gcs(key: str) -> None:
+    """This host's ``fray_core.heartbeat()`` goes to Ray's GCS key-value store (namespace ``fray``), where the
+    job's provider reads it (``RaySliceProvider.heartbeats``): no host can write where the runner runs."""
+    import ray
+
+    from fray_core import hostapi
+
+    gcs = ray._private.worker.global_worker.gcs_client
+
+    def beat(t: float, step: int | None) -> None:
+        try:
+            gcs.internal_kv_put(key.encode(), f"{t!r} {'' if step is None else step}".encode(), True, b"fray")
+        except Exception:
+            pass  # progress reporting must never fail the job
+
+    hostapi.set_channel(beat=beat)
+
+
+def _watch_drain(me: HostProcess, notice_file: str | None, stop: threading.Event, interval: float = 1.0) -> None:
+    """Ray's preemption notice for this host's node (a drain with a deadline: the autoscaler's, a GKE
+    maintenance event's): write the deadline where ``fray_core.preemption_notice()`` reads it, then SIGTERM the
+    host (the TPU VM convention JAX's preemption sync point listens for). A thread of the host task, because a
+    drained node takes no new task: nothing sent from outside could reach the host any more."""
+    import ray
+
+    from fray_core.hostapi import write_notice
+
+    gcs = ray._private.worker.global_worker.gcs_client
+    while not stop.wait(interval):
+        try:
+            draining = {(k.hex() if hasattr(k, "hex") else str(k)): v for k, v in gcs.get_draining_nodes(timeout=5).items()}
+        except Exception:
+            continue  # the GCS is busy or restarting: ask again
+        if me.node_id not in draining:
+            continue
+        ms = int(draining[me.node_id])
+        deadline = ms / 1000.0 if ms > 0 else time.time() + 30.0  # no deadline given: as the runner assumes
+        if notice_file:
+            write_notice(notice_file, deadline)
+        print(f"[fray] preemption notice: Ray drains this node until {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True)
+        signal_host(me, signal.SIGTERM)
+        return
+
+
 def gce_preempted(timeout: float = 0.5) -> bool:
     """GCE's metadata server says this VM was preempted. ``False`` off GCE (no metadata server)."""
     req = urllib.request.Request(_GCE_PREEMPTED_URL, headers={"Metadata-Flavor": "Google"})
@@ -439,6 +483,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     reaper = _Reaper()
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
+    watching = threading.Event()  # set when the host ends: its drain watch stops
     try:
         if is_tpu and config.clean_lockfile:
             _check_device(lockfile, where)
@@ -448,6 +493,10 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
 
             me = HostProcess(ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token)
             config.supervisor.host_started.remote(tag, me)
+            _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
+            threading.Thread(
+                target=_watch_drain, args=(me, os.environ.get("FRAY_NOTICE_FILE"), watching), daemon=True, name="fray-drain-watch"
+            ).start()
         try:
             if payload[0] == "run":
                 _run_binary(payload[1], where, pump)
@@ -472,6 +521,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             sys.stdout.flush()
             sys.stderr.flush()
     finally:
+        watching.set()
         reaper.finish()
         pump.close()
 

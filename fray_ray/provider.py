@@ -35,6 +35,7 @@ import itertools
 import os
 import re
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -49,7 +50,16 @@ from ray.util.placement_group import PlacementGroup, placement_group, placement_
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from fray_core.errors import HostPreempted, Unschedulable
-from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
+from fray_core.provider import (
+    Heartbeat,
+    HostOutcome,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    LeaseHealth,
+    SliceLease,
+    SliceProvider,
+)
 from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
@@ -76,6 +86,8 @@ _NODE_GONE: tuple[type[BaseException], ...] = (rex.NodeDiedError, rex.LocalRayle
 
 _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
+#: a drain without a deadline (Ray's 0) still means the node goes: the hosts get this long to checkpoint
+NOTICE_DEFAULT_GRACE = 30.0
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 POD_TYPE_LABEL = "ray.io/tpu-pod-type"
@@ -676,6 +688,10 @@ class RaySliceProvider(SliceProvider):
                 _Reservation([self._pending_gang[1]]).remove()
                 self._pending_gang = None
         self.scheduler.call("leave", self.job_id)
+        try:  # the hosts' heartbeats (see heartbeats)
+            ray._private.worker.global_worker.gcs_client.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
+        except Exception:
+            pass
 
     # --------------------------------------------------------------------------------------- start
 
@@ -740,6 +756,7 @@ class RaySliceProvider(SliceProvider):
             opts = self._gang_task_options(pg, h)
         env = dict(spec.env)
         env.setdefault("FRAY_CLUSTER_SPEC", "ray")  # tasks inside the job use Ray's job context, unless the user set one
+        env["FRAY_NOTICE_FILE"] = self._notice_file(attempt)  # where preemption_notice() reads the deadline
         ref = _host_task.options(
             max_retries=0,
             retry_exceptions=False,
@@ -749,6 +766,71 @@ class RaySliceProvider(SliceProvider):
             **opts,
         ).remote(entry, env, tag, where, self.host_config)
         return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag))
+
+    def _notice_file(self, attempt: int) -> str:
+        return os.path.join(tempfile.gettempdir(), f"fray-notice-{self.job_id}-a{attempt}")
+
+    # ------------------------------------------------------------------------------- lease health
+
+    def lease_health(self, leases: Sequence[SliceLease]) -> list[LeaseHealth]:
+        """Ray's own state of each lease: LOST once a node of it is reported dead or a placement group of it
+        left CREATED (after Ray's node-death detection, :attr:`detection_delay`), DRAINING when a node of it
+        is being drained (Ray's DrainNode: the autoscaler's and GKE maintenance events' preemption notice,
+        with its deadline), else INTACT."""
+        now = time.monotonic()
+        if now - self._last_health >= HEALTH_INTERVAL:
+            self._last_health = now
+            self._check_health([lease for lease in leases if lease.handle is not None])
+        draining = _draining_nodes() if any(lease.handle is not None for lease in leases) else {}
+        out = []
+        for lease in leases:
+            res = lease.handle[0] if lease.handle is not None else None
+            if res is None:
+                out.append(LeaseHealth.unknown())
+            elif res.lost is not None:
+                out.append(LeaseHealth.lost(res.lost))
+            elif any(n in draining for n in res.nodes):
+                ms = [draining[n] for n in res.nodes if n in draining and draining[n] > 0]
+                deadline = min(ms) / 1000.0 if ms else time.time() + NOTICE_DEFAULT_GRACE
+                out.append(LeaseHealth.draining(deadline, f"Ray drains {len([n for n in res.nodes if n in draining])} node(s) for preemption"))
+            else:
+                out.append(LeaseHealth.intact())
+        return out
+
+    @property
+    def detection_delay(self) -> float:
+        """How long Ray takes to declare a node dead (health_check_period_ms x health_check_failure_threshold:
+        15 s by default), plus this provider's own health-check interval."""
+        try:
+            cfg = ray._config
+            return cfg.health_check_period_ms() * cfg.health_check_failure_threshold() / 1000.0 + HEALTH_INTERVAL + 1.0
+        except Exception:
+            return 15.0 + HEALTH_INTERVAL + 1.0
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        """The hosts' last ``fray_core.heartbeat()``, from Ray's GCS key-value store (see ``_host._beat_to_gcs``)."""
+        if not runs:
+            return {}
+        keys = [f"fray-hb:{self.job_id}:{r.handle.tag}".encode() for r in runs]
+        try:
+            got = ray._private.worker.global_worker.gcs_client.internal_kv_multi_get(keys, b"fray")
+        except Exception:
+            return {}  # the GCS is busy: no news is not a stall signal by itself (ages are computed from the beats)
+        now = time.time()
+        out = {}
+        for r, k in zip(runs, keys):
+            value = got.get(k)
+            if value:
+                t, _, step = value.decode().partition(" ")
+                try:
+                    out[r] = Heartbeat(age=max(0.0, now - float(t)), step=int(step) if step.strip() else None)
+                except ValueError:
+                    pass
+        return out
+
+    # announce_preemption: not overridden. A drained node takes no new task, so nothing pinned there could
+    # deliver the deadline: each host task watches Ray's drain state of its own node and, at a drain, writes
+    # the deadline into its FRAY_NOTICE_FILE and SIGTERMs itself (fray_ray._host._watch_drain).
 
     # ------------------------------------------------------------------------------------- started
 
@@ -920,6 +1002,15 @@ def _host_node(run: HostRun) -> str:
     """The node id (the hardware) the run's host was reserved on; ``""`` when not known."""
     nodes = run.lease.handle[0].host_nodes if run.lease.handle is not None else ()
     return nodes[run.host_index] if run.host_index < len(nodes) else ""
+
+
+def _draining_nodes() -> dict[str, int]:
+    """Node id (hex) -> drain deadline (ms since the epoch, 0: none) of the nodes Ray is draining."""
+    try:
+        gcs = ray._private.worker.global_worker.gcs_client
+        return {(k.hex() if hasattr(k, "hex") else str(k)): int(v) for k, v in gcs.get_draining_nodes(timeout=5).items()}
+    except Exception:
+        return {}  # cannot tell: no notice (a lost node is still seen through the node table)
 
 
 def _lease_name(lease: SliceLease) -> str:

@@ -229,6 +229,39 @@ class FakeTpuCluster:
         self._threads.append(t)
         t.start()
 
+    def drain(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice through Ray itself: every node of ``slice_name`` is drained with Ray's DrainNode
+        (reason PREEMPTION and a deadline ``grace`` seconds away, what Ray's autoscaler and GKE maintenance
+        events produce), then preempted (:meth:`preempt`, with ``restore_after``) at the deadline. Returns the
+        deadline (epoch seconds)."""
+        import ray
+        from ray.core.generated import autoscaler_pb2
+
+        with self._lock:
+            if slice_name not in self._nodes:
+                raise KeyError(f"drain: no live slice named {slice_name!r}; live: {sorted(self._nodes)}")
+            nodes = list(self._nodes[slice_name])
+        deadline = time.time() + grace
+        gcs = ray._private.worker.global_worker.gcs_client
+        reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+        for node in nodes:
+            accepted, why = gcs.drain_node(node.node_id, reason, f"{slice_name} preempted in {grace:g} s", int(deadline * 1000))
+            if not accepted:
+                raise RuntimeError(f"drain: Ray rejected draining {node.node_id[:12]} of {slice_name}: {why}")
+
+        def preempt_at_deadline() -> None:
+            if self._closed.wait(max(0.0, deadline - time.time())):
+                return
+            with self._lock:
+                live = slice_name in self._nodes
+            if live:
+                self.preempt(slice_name, restore_after)
+
+        t = threading.Thread(target=preempt_at_deadline, daemon=True, name=f"fray-drain-{slice_name}")
+        self._threads.append(t)
+        t.start()
+        return deadline
+
     def kill_host(self, slice_name: str, host: int) -> str:
         """Remove one host of ``slice_name`` without grace, leaving the rest of the slice up (a VM that
         died on its own); returns its node id. The slice is no capacity until :meth:`wait_settled`

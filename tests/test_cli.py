@@ -373,7 +373,7 @@ def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.Monke
 JOB_FIELDS = {
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput", "kind", "calls",
+    "pending_reason", "goodput", "kind", "calls", "last_step", "last_heartbeat_at",
 }
 ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
 

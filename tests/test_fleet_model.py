@@ -141,10 +141,6 @@ class Probe:
                 assert fleet.host_health(name, host) is (HostHealth.BROKEN if was is HostHealth.BROKEN else HostHealth.DIRTY)
             else:
                 assert fleet.clean(name, host) == (was is HostHealth.DIRTY)
-            lease = FleetLease(sl, "probe")  # what a process started there now meets
-            fate = fleet.host_fate(lease, host)
-            assert (fate.device_error is not None) == (fleet.host_health(name, host) is HostHealth.BROKEN)
-            assert fate.dirty == (fleet.host_health(name, host) is HostHealth.DIRTY)
         elif kind == "advance":
             # one timer instant at a time: a slice preempted while time passes is one a planned fault
             # armed on its live lease for this instant

@@ -32,6 +32,7 @@ from fray_core.cli.output import (
     describe_resources,
     describe_stop,
     is_terminal,
+    describe_step,
     job_json,
     one_line,
     print_attempts,
@@ -255,6 +256,8 @@ def print_status(info: JobInfo, out: TextIO) -> None:
         fields.append(("finished", timestamp(info.finished_at)))
     if info.pending_reason and not info.status.is_terminal():
         fields.append(("pending", info.pending_reason))
+    if (step := describe_step(info)) is not None:
+        fields.append(("last step", step))
     stopped = describe_stop(info)
     if stopped:
         fields.append(("stopped", stopped))

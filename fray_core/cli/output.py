@@ -330,7 +330,7 @@ def print_timeline(info: JobInfo, out: TextIO) -> None:
 JOB_FIELDS = (
     "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
     "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput", "kind", "calls",
+    "pending_reason", "goodput", "kind", "calls", "last_step", "last_heartbeat_at",
 )
 ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
 
@@ -368,7 +368,17 @@ def job_json(info: JobInfo) -> dict[str, Any]:
         "goodput": info.goodput.to_json() if info.goodput is not None else None,
         "kind": info.kind,
         "calls": info.calls,
+        "last_step": info.last_step,
+        "last_heartbeat_at": info.last_heartbeat_at,
     }
+
+
+def describe_step(info: JobInfo, now: float | None = None) -> str | None:
+    """``step 1200, 3s ago`` from the hosts' heartbeats (``fray_core.heartbeat``), else None."""
+    if info.last_heartbeat_at is None:
+        return None
+    ago = age(max(0.0, (time.time() if now is None else now) - info.last_heartbeat_at))
+    return f"step {info.last_step}, {ago} ago" if info.last_step is not None else f"heartbeat {ago} ago"
 
 
 def describe_goodput(info: JobInfo) -> str | None:

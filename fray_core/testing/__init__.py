@@ -40,8 +40,16 @@ import attrs
 
 from fray_core.clock import FakeClock, HorizonExceeded, Timer
 from fray_core.errors import Unschedulable
-from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, HostHealth, Slice
-from fray_core.provider import HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
+from fray_core.fleet import FaultPlan, Fleet, FleetLease, HostFate, Slice
+from fray_core.provider import (
+    Heartbeat,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    LeaseHealth,
+    SliceLease,
+    SliceProvider,
+)
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 
@@ -82,6 +90,9 @@ class HostScript:
     - ``error``: the error text of a FAILED host (a default names the attempt, slice and host).
     - ``restore_after``: for PREEMPTED, when the preempted slice comes back as a fresh incarnation
       (``None``: gone for good); by default the provider's ``restore_after``.
+    - ``heartbeat_every``: the host calls ``fray_core.heartbeat(step)`` every that many seconds from its
+      start (step 1, 2, ...); ``heartbeat_until``: and stops after that many seconds (a stall). ``None``:
+      no heartbeats / beats until it ends.
 
     A preemption takes the whole slice, as on a real TPU pod: every host of it still running ends
     PREEMPTED at that moment.
@@ -97,6 +108,8 @@ class HostScript:
     result: Any = DEFAULT
     error: str | None = None
     restore_after: Any = DEFAULT
+    heartbeat_every: float | None = None
+    heartbeat_until: float | None = None
 
     @kind.validator
     def _check_kind(self, _a: attrs.Attribute, value: HostOutcomeKind | None) -> None:
@@ -309,6 +322,7 @@ class InMemorySliceProvider(SliceProvider):
         quarantine_after: int = 2,
         quarantine_window: float = 3600.0,
         quarantine_for: float = 1800.0,
+        detection_delay: float = 0.0,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock()
         self.script = script
@@ -320,11 +334,9 @@ class InMemorySliceProvider(SliceProvider):
         self.fleet = Fleet(
             fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider",
             quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
+            detection_delay=detection_delay, clean_hosts=clean_hosts,
         )
-        self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
-        self._armed_group = -1  # the acquisition (one per attempt) whose faults are armed
-        self._last_acquired: list[LeaseRecord] = []
         self._held: dict[LeaseRecord, None] = {}
         self._ready: dict[RunRecord, None] = {}  # ended, not yet reported
         self._due_at: dict[float, list[RunRecord]] = {}  # end time -> hosts due then, in start order
@@ -350,6 +362,9 @@ class InMemorySliceProvider(SliceProvider):
         self.hosts_started = 0
         self.unschedulable: list[tuple[float, str, bool]] = []  # (time, message, permanent)
         self.graceful_cancels: list[tuple[float, float, int]] = []  # (time, grace, hosts) of cancel(grace=...)
+        self.stack_dumps: list[tuple[float, list[tuple[int, int]]]] = []  # (time, (slice, host)s) of dump_stacks
+        self.notices: list[tuple[float, float, int]] = []  # (time, deadline, hosts) of announce_preemption
+        self._beating = False  # some host's script sends heartbeats (else heartbeats() answers at once)
 
     # -------------------------------------------------------------------------------- inventory
 
@@ -395,28 +410,26 @@ class InMemorySliceProvider(SliceProvider):
         if not wanted:
             raise ValueError("InMemorySliceProvider.acquire: counts is empty; give at least one slice count")
         fleet = self.fleet
+        free_before = fleet.count(spec.name, "free")
         idled = False
-        while True:
-            free_before = fleet.count(spec.name, "free")
-            try:
-                got = fleet.try_acquire(_SELF, spec.name, wanted)
-            except Unschedulable as e:
-                self.unschedulable.append((clock.now(), str(e), True))
-                raise
-            if got is not None:
-                return self._take(got, wanted, free_before)
+
+        def idle(until: float) -> None:  # on_idle once, then let fake time pass to the next event
+            nonlocal idled, free_before
             if self.on_idle is not None and not idled:
                 idled = True
                 self.on_idle(self)
-                continue
-            now = clock.now()
-            if now >= deadline:
-                err = fleet.unschedulable(wanted, spec.name, holder=_SELF)
-                self.unschedulable.append((now, str(err), False))
-                raise err
-            due = clock.next_due()
-            clock.advance_to(deadline if due is None or due > deadline else due)
-            idled = False
+            else:
+                due = clock.next_due()
+                clock.advance_to(until if due is None or due > until else due)
+                idled = False
+            free_before = fleet.count(spec.name, "free")
+
+        try:
+            got = fleet.acquire(_SELF, spec.name, wanted, deadline, idle)
+        except Unschedulable as e:
+            self.unschedulable.append((clock.now(), str(e), e.permanent))
+            raise
+        return self._take(got, wanted, free_before)
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of the type this job could take now (not reserved for a job waiting in the
@@ -427,7 +440,6 @@ class InMemorySliceProvider(SliceProvider):
         group = next(self._groups)
         now = self.clock.now()
         leases = []
-        recs = []
         for fl in got:
             sl = fl.slice
             addr = self._addresses.get(sl)
@@ -438,9 +450,7 @@ class InMemorySliceProvider(SliceProvider):
             rec = LeaseRecord(fl, group, counts, free_before, now)
             fl.driver = rec
             fl.on_lost = self._on_lost_cb
-            recs.append(rec)
             leases.append(self._lease(rec, sl.name, sl.tpu_type, sl.hosts, addr[1]))
-        self._last_acquired = recs
         return leases
 
     def _host_strs(self, n: int) -> tuple[str, ...]:
@@ -494,8 +504,58 @@ class InMemorySliceProvider(SliceProvider):
                     rec.fleet_lease.driver = rec.fleet_lease.on_lost = None
 
     def was_preempted(self, lease: SliceLease) -> bool:
-        """Whether the slice was preempted while this lease held it (the cloud metadata probe)."""
-        return self._record_of(lease).preempted
+        """Whether the slice was preempted while this lease held it (the cloud metadata probe), once the loss
+        is detected (``detection_delay`` after it)."""
+        rec = self._record_of(lease)
+        fl = rec.fleet_lease
+        return rec.preempted and (fl is None or self.fleet.detected(fl))
+
+    def lease_health(self, leases: Sequence[SliceLease]) -> list[LeaseHealth]:
+        """The fleet model's view of each lease (a loss is seen ``detection_delay`` after it; a notice at once,
+        with its deadline on the fake wall clock)."""
+        out = []
+        clock = self.clock
+        for lease in leases:
+            fl = self._record_of(lease).fleet_lease
+            state = self.fleet.lease_state(fl) if fl is not None else "intact"
+            if state == "lost":
+                out.append(LeaseHealth.lost("preempted"))
+            elif state == "draining":
+                out.append(LeaseHealth.draining(clock.wall() + (fl.notice - clock.now()), "preemption notice"))  # type: ignore[union-attr,operator]
+            else:
+                out.append(LeaseHealth.intact())
+        return out
+
+    @property
+    def detection_delay(self) -> float:
+        return self.fleet.detection_delay
+
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        """The scripted heartbeats (``HostScript.heartbeat_every``/``heartbeat_until``) of running hosts."""
+        if not self._beating:
+            return {}
+        now = self.clock.now()
+        out: dict[HostRun, Heartbeat] = {}
+        for run in runs:
+            host: RunRecord = run  # type: ignore[assignment]
+            every = host.script.heartbeat_every
+            if every is None or host.kind is not None:
+                continue
+            until = host.script.heartbeat_until
+            start = host.started_at
+            upto = now if until is None else min(now, start + until)
+            n = int((upto - start) // every)
+            if n >= 1:
+                out[run] = Heartbeat(age=now - (start + n * every), step=n)
+        return out
+
+    def dump_stacks(self, runs: Sequence[HostRun]) -> None:
+        """Recorded in ``stack_dumps`` (the hosts are records: they have no stacks)."""
+        self.stack_dumps.append((self.clock.now(), [(r.slice_index, r.host_index) for r in runs]))
+
+    def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
+        """Recorded in ``notices``."""
+        self.notices.append((self.clock.now(), deadline, len(runs)))
 
     def _record_of(self, lease: SliceLease) -> LeaseRecord:
         rec = lease.handle
@@ -536,10 +596,8 @@ class InMemorySliceProvider(SliceProvider):
         rec.attempt = attempt
         rec.job_id = first.job_id if first is not None else ""
         fl = rec.fleet_lease
-        if fl is not None and self._armed_group != rec.group:
-            # the plan's faults for this attempt, armed once, on its slices, when its first slice starts
-            self._armed_group = rec.group
-            self.fleet.arm(attempt, [r.fleet_lease for r in self._last_acquired if r.fleet_lease is not None])
+        if fl is not None:
+            self.fleet.start_slice(fl, attempt)  # the model arms the attempt's faults, once
         host_fate = self.fleet.host_fate
         faulty = fl is not None and fl.faulty  # most slices: no host fault, every host healthy
         clock = self.clock
@@ -555,6 +613,8 @@ class InMemorySliceProvider(SliceProvider):
             plan = self._script_for(attempt, s, h)
             host = RunRecord(lease, s, h, spec.env if self.record else None, plan)  # type: ignore[arg-type]
             new.append(host)
+            if plan.heartbeat_every is not None:
+                self._beating = True
             if lost:
                 self._end(host, HostOutcomeKind.PREEMPTED, error=f"Preempted: slice {lease.name} was preempted")
             elif faulty and self._ended_by(host, host_fate(fl, h)):  # type: ignore[arg-type]
@@ -573,30 +633,11 @@ class InMemorySliceProvider(SliceProvider):
         return new  # type: ignore[return-value]
 
     def _ended_by(self, host: RunRecord, fate: HostFate) -> bool:
-        """Apply what the fleet does to a host as it starts (the order a TPU process meets it in); True
-        if that ended it."""
-        name = host.lease.name
-        h = host.host_index
-        if fate.device_error:
-            self.fleet.device_failed(name, h, "device error")
-            self._end(host, HostOutcomeKind.PREEMPTED, error=fate.device_error)
-            return True
-        if fate.dirty:
-            if self.clean_hosts:
-                self.fleet.clean(name, h)
-            else:
-                error = f"DeviceBusyError: TPU in use: a stale device lock is on {name} host {h} (device init failed)"
-                self.fleet.device_failed(name, h, "device busy")
-                self._end(host, HostOutcomeKind.PREEMPTED, error=error)
-                return True
-        if fate.crash:
-            self.fleet.make_dirty(name, h)  # a crashed TPU process leaves its lock behind
-            self._end(host, HostOutcomeKind.FAILED, error=f"HostCrashed: simulated crash on {name} host {h}: {fate.fail}")
-            return True
-        if fate.fail is not None:
-            self._end(host, HostOutcomeKind.FAILED, error=f"SimulatedHostFailure: {fate.fail}")
-            return True
-        return False
+        """Turn the fate the fleet decided for a starting host into an ended run; True if it ended it."""
+        if fate.kind is None:
+            return False
+        self._end(host, HostOutcomeKind(fate.kind), error=fate.error)
+        return True
 
     def _due_all(self, when: float) -> None:
         for host in self._due_at.pop(when):
@@ -705,9 +746,24 @@ class InMemorySliceProvider(SliceProvider):
     def _lose(self, rec: LeaseRecord) -> None:
         rec.lost = True
         err = f"Preempted: slice {rec.lease.name} was preempted"
+        fl = rec.fleet_lease
+        detected = self.fleet.detected_at(fl) if fl is not None else None
+        late = detected is not None and detected > self.clock.now()
+        dead = []
         for host in rec.runs:
             if host.kind is None:
-                self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+                if late:  # dead now; the runner hears of it when the control plane detects the loss
+                    host.kind, host.error, host.ended_at = HostOutcomeKind.PREEMPTED, err, self.clock.now()
+                    dead.append(host)
+                else:
+                    self._end(host, HostOutcomeKind.PREEMPTED, error=err)
+        if dead:
+            self.clock.call_at(detected, self._detected, dead)  # type: ignore[arg-type]
+
+    def _detected(self, hosts: list[RunRecord]) -> None:
+        for host in hosts:
+            if host.report_seq is None:
+                self._ready[host] = None
 
     def _preempt_lease(self, rec: LeaseRecord, restore_after: float | None) -> None:
         fl = rec.fleet_lease
@@ -718,7 +774,7 @@ class InMemorySliceProvider(SliceProvider):
 
     def remove(self, slice_name: str) -> None:
         """Capacity loss: the slice is gone (preempted with no return) until :meth:`restore`."""
-        self.fleet.preempt(slice_name, restore_after=None)
+        self.fleet.remove(slice_name)
 
     def restore(self, slice_name: str) -> None:
         """Bring a down or gone slice back now, as a fresh incarnation."""
@@ -730,13 +786,16 @@ class InMemorySliceProvider(SliceProvider):
         if sl.state != "free":
             state = self.slice_states()[slice_name]
             raise ValueError(f"occupy({slice_name!r}): the slice is {state}, only a free slice can be occupied")
-        self._occupied[slice_name] = self.fleet.take(slice_name, _OTHER)
+        self.fleet.occupy(slice_name, _OTHER)
 
     def vacate(self, slice_name: str) -> None:
         """The other job gives the slice back."""
-        fl = self._occupied.pop(slice_name, None)
-        if fl is not None:
-            self.fleet.release(fl)
+        self.fleet.vacate(slice_name)
+
+    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
+        """A preemption notice for a slice (see :meth:`fray_core.fleet.Fleet.notify_preemption`): taken away
+        ``grace`` seconds from now; the runner sees it draining. Returns the deadline (fake clock)."""
+        return self.fleet.notify_preemption(slice_name, grace, restore_after)
 
     def break_host(self, slice_name: str, host: int) -> None:
         """Every host started on this one ends PREEMPTED with a device error until :meth:`repair_host`."""

@@ -1,0 +1,142 @@
+"""What host code (the job's entrypoint, on every host) calls to talk to the runner: progress and notices.
+
+- :func:`heartbeat`: "this host is making progress" (with the training step, if any). The runner shows the
+  last step in ``JobInfo``/``fray status`` and, with ``JobRequest(stall_timeout=...)`` /
+  ``startup_timeout=...``, restarts an attempt whose hosts stopped making progress (or never started to).
+- :func:`preemption_notice`: the deadline of a pending preemption of this host's slice (epoch seconds), or
+  ``None``. At a notice every host of the job also gets SIGTERM; a handler checkpoints before the deadline.
+
+Both are harmless no-ops outside a job (no environment from fray): library code may call them freely.
+
+How they reach the runner is the backend's business: a backend's host runner may install its own
+channel with :func:`set_channel`; by default both go through files the backend names in the host's
+environment (``FRAY_HEARTBEAT_FILE``: the host writes ``"<epoch seconds> <step>"`` into it;
+``FRAY_NOTICE_FILE``: the backend writes the deadline into it), as the local backend does.
+
+Example (in a training loop)::
+
+    import signal, fray_core
+
+    signal.signal(signal.SIGTERM, lambda *_: checkpoint_and_exit())
+    for step in range(start, steps):
+        train_step()
+        fray_core.heartbeat(step)
+        if (deadline := fray_core.preemption_notice()) is not None:
+            checkpoint_and_exit()            # before `deadline`
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["heartbeat", "preemption_notice", "set_channel"]
+
+#: heartbeats closer together than this are coalesced (the latest step is written at the next one after it)
+MIN_INTERVAL = 1.0
+
+_lock = threading.Lock()
+_last_write = 0.0
+_beat_sink: Callable[[float, int | None], None] | None = None
+_notice_source: Callable[[], float | None] | None = None
+
+
+def set_channel(
+    beat: Callable[[float, int | None], None] | None = None, notice: Callable[[], float | None] | None = None
+) -> None:
+    """Install a backend's own channel (called by its host runner before the entrypoint runs):
+    ``beat(epoch_seconds, step)`` carries a heartbeat, ``notice()`` returns a pending deadline or ``None``.
+
+    >>> set_channel(beat=lambda t, step: None, notice=lambda: None); preemption_notice() is None
+    True
+    >>> set_channel()          # back to the environment's files
+    """
+    global _beat_sink, _notice_source, _last_write
+    with _lock:
+        _beat_sink, _notice_source, _last_write = beat, notice, 0.0
+
+
+def heartbeat(step: int | None = None) -> None:
+    """Tell the runner this host is making progress (at training step ``step``, if given). Cheap enough
+    for every step: writes at most one heartbeat a second. A no-op outside a job.
+
+    >>> heartbeat(1)           # outside a job: nothing happens
+    """
+    global _last_write
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise TypeError(f"heartbeat(step): expected an int or None, got {step!r}")
+    now = time.time()
+    with _lock:
+        if now - _last_write < MIN_INTERVAL:
+            return
+        _last_write = now
+        sink = _beat_sink
+    if sink is not None:
+        sink(now, step)
+        return
+    path = os.environ.get("FRAY_HEARTBEAT_FILE")
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{now!r} {'' if step is None else step}")
+        os.replace(tmp, path)  # the runner never reads a half-written beat
+    except OSError:
+        pass  # progress reporting must never fail the job
+
+
+def preemption_notice() -> float | None:
+    """The deadline (epoch seconds) of a pending preemption of this host's slice, else ``None``. Once
+    noticed, ``FRAY_PREEMPTION_DEADLINE`` is set in this process's environment too (for its children).
+
+    >>> preemption_notice() is None     # outside a job, or no notice
+    True
+    """
+    source = _notice_source
+    if source is not None:
+        deadline = source()
+    else:
+        deadline = _read_deadline(os.environ.get("FRAY_NOTICE_FILE"))
+        if deadline is None:
+            deadline = _parse(os.environ.get("FRAY_PREEMPTION_DEADLINE"))
+    if deadline is not None:
+        os.environ["FRAY_PREEMPTION_DEADLINE"] = repr(deadline)
+    return deadline
+
+
+def read_heartbeat(path: str) -> tuple[float, int | None] | None:
+    """For a backend: the ``(epoch seconds, step)`` of the heartbeat file ``path``, ``None`` if none yet."""
+    try:
+        with open(path) as f:
+            t, _, step = f.read().partition(" ")
+        return float(t), int(step) if step.strip() else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_notice(path: str, deadline: float) -> None:
+    """For a backend: deliver a preemption deadline (epoch seconds) to the hosts reading ``path``."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(repr(float(deadline)))
+    os.replace(tmp, path)
+
+
+def _read_deadline(path: str | None) -> float | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return _parse(f.read())
+    except OSError:
+        return None
+
+
+def _parse(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None

@@ -1,0 +1,128 @@
+"""Blame the right thing (issue 30) on the emulated Ray cluster: a preemption notice delivered through Ray's own
+drain (DrainNode, reason PREEMPTION, with a deadline), and siblings of a removed slice failing long before Ray
+declares its nodes dead. Runs under the machine-wide Ray lock (see COMMON rules / conftest)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import wait_for
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray")
+
+from fray_core import AttemptOutcome, Entrypoint, JobRequest, JobStatus, ResourceConfig  # noqa: E402
+
+
+def checkpoints_on_notice(flags: str) -> str:
+    import fray_core
+
+    if os.environ["FRAY_ATTEMPT"] != "0":
+        return os.environ["TPU_NAME"]
+
+    def on_term(signum: int, frame: object) -> None:
+        Path(flags, f"checkpoint-{os.environ['FRAY_HOST_ID']}").write_text(repr(fray_core.preemption_notice()))
+        os._exit(1)  # a non-zero exit after a notice still costs no failure budget
+
+    signal.signal(signal.SIGTERM, on_term)
+    Path(flags, f"up-{os.environ['FRAY_HOST_ID']}").touch()
+    threading.Event().wait(120)
+    return "unreachable"
+
+
+def test_a_drain_for_preemption_is_a_notice_the_users_handler_gets_with_its_deadline(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="notice",
+        entrypoint=Entrypoint(callable=checkpoints_on_notice, function_args={"flags": str(tmp_path)}),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=0,
+    )
+    job = cluster.launch(req)
+    wait_for(lambda: len(list(tmp_path.glob("up-*"))) == 2, timeout=120, what="both hosts of attempt 0")
+    name = cluster.poll(job).attempts[0].slices[0]
+    t0 = time.time()
+    deadline = ray_tpu_cluster.drain(name, grace=20.0)
+    info = cluster.wait(job, timeout=180)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
+    assert info.failures == 0 and "preemption notice" in (info.attempts[0].cause or "")
+    for h in (0, 1):  # every host's handler read the deadline Ray was given
+        assert float((tmp_path / f"checkpoint-{h}").read_text()) == pytest.approx(deadline, abs=0.01)
+    assert (info.attempts[0].ended_at or 0) < t0 + 20.0  # the hosts were stopped before the deadline
+    assert info.attempts[1].slices != [name]  # not on the draining slice
+    ray_tpu_cluster.wait_settled()
+
+
+def sibling_fails_when_peer_is_gone(flags: str) -> str:
+    if os.environ["FRAY_ATTEMPT"] != "0":
+        return "ok"
+    Path(flags, f"up-{os.environ['FRAY_SLICE_ID']}-{os.environ['FRAY_HOST_ID']}").touch()
+    while not Path(flags, "lost").exists():  # the collective breaks when the other slice goes
+        time.sleep(0.05)
+    if os.environ["FRAY_SLICE_ID"] == "0":
+        raise RuntimeError("collective failed: peer unreachable")
+    threading.Event().wait(120)
+    return "unreachable"
+
+
+def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failure_budget(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    import attrs
+
+    from fray_ray import RayCluster
+    from fray_ray.testing import FAST_RAY_POLICY
+
+    # cancelled siblings are collected for less than Ray's node-death detection time: only the attribution
+    # window (lease health until detection_delay after the first failure) can see the loss
+    cluster = RayCluster(
+        address=ray_tpu_cluster.address, retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5), warm_supervisor=False
+    )
+    req = JobRequest(
+        name="sibling-first",
+        entrypoint=Entrypoint(callable=sibling_fails_when_peer_is_gone, function_args={"flags": str(tmp_path)}),
+        resources=ResourceConfig.with_tpu("v4-16", slice_count=2),
+        max_retries_failure=0,
+    )
+    job = cluster.launch(req)
+    wait_for(lambda: len(list(tmp_path.glob("up-*"))) == 4, timeout=120, what="the 4 hosts of attempt 0")
+    lost = cluster.poll(job).attempts[0].slices[1]
+    ray_tpu_cluster.preempt(lost, restore_after=0.0)
+    (tmp_path / "lost").touch()  # slice 0 fails now, before Ray's health checks declare slice 1's nodes dead
+    info = cluster.wait(job, timeout=240)
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
+    assert info.failures == 0 and info.status is JobStatus.SUCCEEDED
+    ray_tpu_cluster.wait_settled()
+
+
+def beats_then_hangs() -> str:
+    import fray_core
+
+    if os.environ["FRAY_ATTEMPT"] != "0":
+        fray_core.heartbeat(50)
+        time.sleep(1.5)  # the runner reads heartbeats of running hosts only: stay a few polls
+        return "ok"
+    for step in range(3):
+        fray_core.heartbeat(step)
+        time.sleep(0.5)
+    threading.Event().wait(120)
+    return "unreachable"
+
+
+def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_cluster: Any) -> None:
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="stall",
+        entrypoint=Entrypoint(callable=beats_then_hangs),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=1,
+        stall_timeout=4.0,
+    )
+    info = cluster.wait(cluster.launch(req), timeout=180)
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.STALLED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
+    assert info.failures == 1 and info.last_step == 50
