@@ -30,6 +30,7 @@ SCRIPTS = [  # (script, what it measures, needs ray); the first is the headline 
     ("session_calls.py", "Held session calls vs fresh launches (local)", False),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
     ("ray_session_calls.py", "Held session calls on Ray vs fresh launches and raw Ray tasks", True),
+    ("ray_control_plane.py", "The Ray control plane per job at fleet scale (phantom nodes) vs Ray job submission", True),
 ]
 
 
