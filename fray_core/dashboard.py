@@ -58,7 +58,7 @@ def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[s
         m = _TAG.match(line)
         tag = m.group(1) if m else "[fray]"
         kept = hosts.setdefault(tag, [])
-        kept.append(line[len(tag):].lstrip() if m else line)
+        kept.append(line[len(tag) :].lstrip() if m else line)
         if len(kept) > per_host:
             del kept[0]
     return hosts
@@ -79,11 +79,18 @@ def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
     slices = []
     for sl in fleet.slices():
         quarantined = sl.quarantined_until is not None
-        slices.append({
-            "name": sl.name, "type": sl.tpu_type, "hosts": sl.hosts, "state": sl.state,
-            "holder": sl.holder or holders.get(sl.name), "preemptions": sl.preemptions,
-            "quarantined": quarantined, "quarantine_note": sl.quarantine_note if quarantined else None,
-        })
+        slices.append(
+            {
+                "name": sl.name,
+                "type": sl.tpu_type,
+                "hosts": sl.hosts,
+                "state": sl.state,
+                "holder": sl.holder or holders.get(sl.name),
+                "preemptions": sl.preemptions,
+                "quarantined": quarantined,
+                "quarantine_note": sl.quarantine_note if quarantined else None,
+            }
+        )
     return {"on_demand": bool(getattr(fleet, "on_demand", False)), "capacity": fleet.capacity(), "slices": slices}
 
 
@@ -115,7 +122,10 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
 
     def page(title: str, kind: str) -> Any:
         async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=_PAGE.format(title=title, kind=kind, refresh=int(refresh * 1000)), content_type="text/html")
+            return web.Response(
+                text=_PAGE.format(title=title, kind=kind, refresh=int(refresh * 1000)), content_type="text/html"
+            )
+
         return handler
 
     async def app_js(request: web.Request) -> web.Response:
@@ -165,8 +175,9 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
     return app
 
 
-def serve(cluster: Cluster, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, refresh: float = 2.0,
-          ready: Any = None) -> None:
+def serve(
+    cluster: Cluster, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, refresh: float = 2.0, ready: Any = None
+) -> None:
     """Serve the dashboard until interrupted. ``port=0`` picks a free port; ``ready(url)`` is called once
     it listens (``fray dashboard`` prints the URL)."""
     from aiohttp import web

@@ -164,9 +164,7 @@ class FaultPlan:
         return list(self._by_attempt.get(attempt, ()))
 
     @staticmethod
-    def chaos(
-        seed: int, rate: float, *, attempts: int = 50, max_slices: int = 8, horizon: float = 2.0
-    ) -> FaultPlan:
+    def chaos(seed: int, rate: float, *, attempts: int = 50, max_slices: int = 8, horizon: float = 2.0) -> FaultPlan:
         """Random preemptions: in each of the first ``attempts`` attempts, each slice is preempted with
         probability ``rate`` at a random time within ``horizon`` seconds. The same seed gives the same plan.
 
@@ -380,8 +378,10 @@ class Fleet:
         detection_delay: float = 0.0,
         clean_hosts: bool = True,
     ) -> None:
-        if isinstance(detection_delay, bool) or not isinstance(detection_delay, (int, float)) or not (
-            0.0 <= detection_delay < float("inf")
+        if (
+            isinstance(detection_delay, bool)
+            or not isinstance(detection_delay, (int, float))
+            or not (0.0 <= detection_delay < float("inf"))
         ):
             raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
         if clock is None:
@@ -742,7 +742,9 @@ class Fleet:
             sl.lease = None
             if sl.draining is not None:  # noticed: it is going away, no one gets it before it has been and come back
                 deadline, restore_after = sl.draining
-                self._preempt_slice(sl, None if restore_after is None else max(0.0, deadline - self.clock.now()) + restore_after)
+                self._preempt_slice(
+                    sl, None if restore_after is None else max(0.0, deadline - self.clock.now()) + restore_after
+                )
                 return False
             self._set_state(sl, "free")
             return True
@@ -1080,7 +1082,10 @@ class Fleet:
         if fault.crash:
             self.make_dirty(sl.name, host)  # a crashed TPU process leaves its lock behind
             return HostFate(
-                "FAILED", f"HostCrashed: simulated crash on {sl.name} host {host}: {fault.message}", crash=True, cleaned=cleaned
+                "FAILED",
+                f"HostCrashed: simulated crash on {sl.name} host {host}: {fault.message}",
+                crash=True,
+                cleaned=cleaned,
             )
         return HostFate("FAILED", f"SimulatedHostFailure: {fault.message}", cleaned=cleaned)
 

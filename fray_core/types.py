@@ -407,7 +407,9 @@ def _check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     except TypeError as e:
         field = "function_args" if kwargs and "keyword" in str(e) else "args"
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        raise TypeError(f"Entrypoint.{field}: {name}() cannot take args={tuple(args)!r}, function_args={dict(kwargs)!r}: {e}") from None
+        raise TypeError(
+            f"Entrypoint.{field}: {name}() cannot take args={tuple(args)!r}, function_args={dict(kwargs)!r}: {e}"
+        ) from None
 
 
 @attrs.frozen
@@ -452,7 +454,9 @@ class Entrypoint:
                 raise TypeError(f"Entrypoint.args: command arguments must be strings, got {list(self.args)!r}")
             for a in (self.binary, *self.args):
                 if "\0" in str(a):
-                    raise ValueError(f"Entrypoint: command {self.command!r} contains a NUL byte, which no command can hold")
+                    raise ValueError(
+                        f"Entrypoint: command {self.command!r} contains a NUL byte, which no command can hold"
+                    )
         for k in self.function_args:
             if not isinstance(k, str):
                 raise TypeError(f"Entrypoint.function_args: keys must be str, got {k!r}")
@@ -564,7 +568,11 @@ class EnvironmentConfig:
     #: directory is shipped to the cluster; without either, the directory of the entrypoint's module is, when
     #: that module is not installed here (see ``fray_ray.code``).
     working_dir: str | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v
+        default=None,
+        kw_only=True,
+        eq=False,
+        repr=False,
+        converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v,
     )
 
     def __attrs_post_init__(self) -> None:
@@ -719,7 +727,9 @@ class JobRequest:
         if value is None:
             return
         if not isinstance(value, ElasticConfig):
-            raise TypeError(f"JobRequest.elastic: expected ElasticConfig(grow_after=..., grace=...) or None, got {value!r}")
+            raise TypeError(
+                f"JobRequest.elastic: expected ElasticConfig(grow_after=..., grace=...) or None, got {value!r}"
+            )
         res = self.resources
         if not isinstance(res.device, TpuConfig) or len(res.replica_counts) < 2:
             what = "TPU" if isinstance(res.device, TpuConfig) else type(res.device).__name__
@@ -1064,7 +1074,8 @@ class JobInfo:
             if m is not None:
                 bad = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) * hosts + int(m.group(3))
             return [
-                TaskStatus(JobStatus.FAILED, self.error) if i == bad or (bad is None and i == 0)
+                TaskStatus(JobStatus.FAILED, self.error)
+                if i == bad or (bad is None and i == 0)
                 else TaskStatus(JobStatus.STOPPED, "stopped: another process of the job failed")
                 for i in range(n)
             ]

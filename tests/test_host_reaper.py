@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import wait_for
-
 from fray_core.records import pid_alive
+
+from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,9 @@ print(reaper.token, flush=True)
 sys.stdin.readline()
 reaper.finish()
 """
-    worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     try:
         assert worker.stdout is not None and worker.stdin is not None
         mark = f"FRAY_HOST_TOKEN={worker.stdout.readline().strip()}".encode()

@@ -327,7 +327,9 @@ def test_results_that_cannot_be_stored_are_said_to_be_missing(jobs_dir: Path, mo
         store.read_info("disk-full")[0].result
 
 
-def test_a_result_write_that_dies_midway_leaves_no_succeeded_record(jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_result_write_that_dies_midway_leaves_no_succeeded_record(
+    jobs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = JobStore(str(jobs_dir))
     info = JobInfo(job_id="killed", name="x", status=JobStatus.RUNNING)  # type: ignore[arg-type]
     store.write(info)
@@ -372,16 +374,40 @@ def test_a_long_lived_cluster_does_not_keep_results(cluster: LocalCluster) -> No
         (lambda: ResourceConfig(ram="inf"), ValueError, ["ResourceConfig.ram", "'inf'", "'16g'"]),
         (lambda: ResourceConfig(ram=math.inf), ValueError, ["ResourceConfig.ram", "inf", "finite"]),
         (lambda: ResourceConfig(disk=math.nan), ValueError, ["ResourceConfig.disk", "nan", "finite"]),
-        (lambda: ResourceConfig(ram="99999999999999999999999p"), ValueError, ["ResourceConfig.ram", "99999999999999999999999p", "1024p"]),
+        (
+            lambda: ResourceConfig(ram="99999999999999999999999p"),
+            ValueError,
+            ["ResourceConfig.ram", "99999999999999999999999p", "1024p"],
+        ),
         (lambda: ResourceConfig(preemptible="no"), TypeError, ["ResourceConfig.preemptible", "'no'", "True or False"]),
-        (lambda: ResourceConfig(regions="eu-west4"), TypeError, ["ResourceConfig.regions", "'eu-west4'", "regions=['eu-west4']"]),
+        (
+            lambda: ResourceConfig(regions="eu-west4"),
+            TypeError,
+            ["ResourceConfig.regions", "'eu-west4'", "regions=['eu-west4']"],
+        ),
         (lambda: Entrypoint(binary="echo", args="hello"), TypeError, ["Entrypoint.args", "'hello'", "args=["]),
         (lambda: Entrypoint(binary="echo", args=5), TypeError, ["Entrypoint.args", "5", "list of arguments"]),
         (lambda: Entrypoint(binary="echo", args=["a\0b"]), ValueError, ["Entrypoint", "NUL"]),
-        (lambda: Entrypoint(callable=_value, function_args=[("x", 1)]), TypeError, ["Entrypoint.function_args", "('x', 1)", "mapping"]),
-        (lambda: Entrypoint(callable=_value, function_args="x=1"), TypeError, ["Entrypoint.function_args", "'x=1'", "mapping"]),
-        (lambda: EnvironmentConfig(pip_packages="numpy"), TypeError, ["EnvironmentConfig.pip_packages", "'numpy'", "['numpy']"]),
-        (lambda: EnvironmentConfig(pip_packages=["numpy", 3]), ValueError, ["EnvironmentConfig.pip_packages", "3", "requirement"]),
+        (
+            lambda: Entrypoint(callable=_value, function_args=[("x", 1)]),
+            TypeError,
+            ["Entrypoint.function_args", "('x', 1)", "mapping"],
+        ),
+        (
+            lambda: Entrypoint(callable=_value, function_args="x=1"),
+            TypeError,
+            ["Entrypoint.function_args", "'x=1'", "mapping"],
+        ),
+        (
+            lambda: EnvironmentConfig(pip_packages="numpy"),
+            TypeError,
+            ["EnvironmentConfig.pip_packages", "'numpy'", "['numpy']"],
+        ),
+        (
+            lambda: EnvironmentConfig(pip_packages=["numpy", 3]),
+            ValueError,
+            ["EnvironmentConfig.pip_packages", "3", "requirement"],
+        ),
         (lambda: EnvironmentConfig(env_vars=["A=1"]), TypeError, ["EnvironmentConfig.env_vars", "['A=1']", "mapping"]),
         (lambda: EnvironmentConfig(env_vars={"A": "x\0y"}), ValueError, ["EnvironmentConfig.env_vars['A']", "NUL"]),
         (lambda: EnvironmentConfig(env_vars={"A\0B": "x"}), ValueError, ["EnvironmentConfig.env_vars", "NUL", "'='"]),
@@ -407,7 +433,10 @@ def test_good_input_still_passes() -> None:
 
 
 def test_extras_are_refused_with_the_way_that_works() -> None:
-    with pytest.raises(ValueError, match=r"EnvironmentConfig.extras: no backend installs extras \(got \['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"EnvironmentConfig.extras: no backend installs extras \(got \['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]",
+    ):
         create_environment(extras=["tpu"])
     assert EnvironmentConfig(extras=()).extras == ()
     from fray_core.compat.ray_resources import environment_from_runtime_env
