@@ -240,9 +240,12 @@ class Peers:
 
         names = sorted(self.fake.slices()[self.spec.name])
         use = names[:slices]
-        opts = lambda pgs: [
-            common.host_task_options(pg, h, self.spec.chips_per_host) for pg in pgs for h in range(self.spec.hosts)
-        ]  # noqa: E731
+
+        def opts(pgs):
+            return [
+                common.host_task_options(pg, h, self.spec.chips_per_host) for pg in pgs for h in range(self.spec.hosts)
+            ]
+
         pgs = common.baseline_placement_groups(use, self.spec.hosts, self.spec.chips_per_host)
         refs = [self.raw_hold.options(**o).remote(self.dir, tag) for o in opts(pgs)]
         t0, victim = self._remove_when_running(tag, slices, lambda s: s[0])
@@ -467,7 +470,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 peers.idle()
                 probes[what] = probe_eformer(fake.address, what, marker_dir, probe_timeout)
         rec_cases = [(k, 1) for k in ("raw", "fray", EFORMER) if k != EFORMER or ef] + [("raw", 2), ("fray", 2)]
-        for i in range(rec_reps):
+        for _ in range(rec_reps):
             order = rng.sample(rec_cases, len(rec_cases))
             for kind, slices in order:
                 peers.settle()

@@ -483,7 +483,7 @@ class Bench:
                 )
                 ids = [self.fake.cluster.launch(req) for _ in range(count)]
                 common.wait_for(
-                    lambda: all(self.fake.cluster.poll(j).status.value == "RUNNING" for j in ids),
+                    lambda ids=ids: all(self.fake.cluster.poll(j).status.value == "RUNNING" for j in ids),
                     180,
                     f"{count} Fray jobs running",
                     step=0.5,
@@ -491,7 +491,7 @@ class Bench:
             else:
                 ids = [self.ray_job(f"{sys.executable} -c 'import time; time.sleep({hold_s})'") for _ in range(count)]
                 common.wait_for(
-                    lambda: all(self.jobs.get_job_status(s).value == "RUNNING" for s in ids),
+                    lambda ids=ids: all(self.jobs.get_job_status(s).value == "RUNNING" for s in ids),
                     180,
                     f"{count} Ray jobs running",
                     step=0.5,

@@ -42,7 +42,7 @@ import enum
 import heapq
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import attrs
 
@@ -139,7 +139,7 @@ class DirtyHost:
         _check_fault(self)
 
 
-Fault = Union[PreemptSlice, FailHost, DropCapacity, DirtyHost]
+Fault = PreemptSlice | FailHost | DropCapacity | DirtyHost
 
 
 @attrs.frozen

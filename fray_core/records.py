@@ -899,7 +899,8 @@ def stream_log(
                     offset = log_tail_offset(f, tail, keep)
             got = False
             if f is not None:
-                for line, offset in iter_log_lines(f, offset, keep):
+                for line, next_offset in iter_log_lines(f, offset, keep):
+                    offset = next_offset
                     got = True
                     yield line
             if done:

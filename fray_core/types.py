@@ -17,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NewType, Union
+from typing import Any, NewType
 
 import attrs
 
@@ -204,7 +204,7 @@ class TpuConfig:
         return self.topology or self.spec.topology
 
 
-DeviceConfig = Union[CpuConfig, GpuConfig, TpuConfig]
+DeviceConfig = CpuConfig | GpuConfig | TpuConfig
 
 # ----------------------------------------------------------------------------------------- resources
 

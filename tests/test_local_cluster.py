@@ -184,7 +184,7 @@ def test_a_failing_replica_stops_its_siblings_and_the_job_retries_within_the_fai
     # the hanging sibling of every attempt was killed
     for attempt in (0, 1):
         sibling = int((tmp_path / f"{attempt}-1.pid").read_text())
-        wait_for(lambda: not pid_alive(sibling), what=f"sibling of attempt {attempt} to die")
+        wait_for(lambda sibling=sibling: not pid_alive(sibling), what=f"sibling of attempt {attempt} to die")
     with pytest.raises(JobFailedError, match=r"ended FAILED: failed 2 time\(s\)"):
         cluster.wait(job_id, raise_on_failure=True)
 

@@ -359,7 +359,7 @@ def test_a_4_slice_job_submitted_first_starts_before_later_1_slice_jobs(tmp_path
         small = [cluster.launch(lite_request(f"small-{i}", 1)) for i in range(3)]
         for i, job in enumerate(small):  # 3 slices are free, but held for the older 4-slice job
             helpers.wait_for(
-                lambda: (cluster.poll(job).pending_reason or "").startswith(f"queued: {i + 2}"),
+                lambda job=job, i=i: (cluster.poll(job).pending_reason or "").startswith(f"queued: {i + 2}"),
                 what=f"small-{i} queued",
             )
         assert all(cluster.poll(j).status is JobStatus.PENDING and not cluster.poll(j).attempts for j in small)

@@ -64,7 +64,7 @@ def no_leftovers(cluster: Any, *job_ids: str) -> None:
     for job_id in job_ids:
         record = cluster.store.read(job_id)
         wait_for(
-            lambda: not leftovers(job_id, record),
+            lambda job_id=job_id, record=record: not leftovers(job_id, record),
             timeout=30,
             what=f"no placement group or actor of {job_id} left ({leftovers(job_id, record)})",
         )

@@ -164,7 +164,9 @@ def test_ray_preemption_budget_is_exact(ray_tpu_cluster: Any) -> None:
                 assert {r["attempt"] for r in out} == {expected_attempt}
                 fake.preempt(out[0]["slice"], restore_after=0.0)
                 helpers.wait_for(
-                    lambda: preempted(session, int(expected_attempt)), 120, "the runner to see the preemption"
+                    lambda expected_attempt=expected_attempt: preempted(session, int(expected_attempt)),
+                    120,
+                    "the runner to see the preemption",
                 )
             with pytest.raises(JobFailedError) as e:  # the second is not
                 session.run(remember)

@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_USAGE",
     "UsageError",
+    "_parse_call_args",  # re-exported for tests/test_cli.py
     "build_parser",
     "build_request",
     "format_table",

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import attrs
 
@@ -129,7 +129,7 @@ class HostScript:
 HANG = HostScript(None)
 
 #: what a script returns: a HostScript, a kind (or its name, or "HANG"), or None (hang)
-ScriptResult = Union[HostScript, HostOutcomeKind, str, None]
+ScriptResult = HostScript | HostOutcomeKind | str | None
 #: ``script(attempt_index, slice_index, host_index) -> ScriptResult``, asked once per started host
 Script = Callable[[int, int, int], ScriptResult]
 
