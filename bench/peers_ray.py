@@ -549,9 +549,11 @@ def report(
     med = common.med_p90
     print(
         f"Fray vs peers on Ray {ray_version}: emulated 2 x {common.TPU_TYPE} (2 hosts each), trivial host function; "
-        f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per recovery case; "
+        f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per "
+        f"recovery case; "
         f"eformer {ef or 'not installed'}; case order seed={seed} (--seed)\n"
-        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; cluster start-up {setup:.1f} s (not counted)\n"
+        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; "
+        f"cluster start-up {setup:.1f} s (not counted)\n"
         f"every case starts on an idle cluster and a quiet machine (<= {common.QUIET_BUSY:.0%} of the cores busy for "
         f"{2 * common.QUIET_WINDOW:g} s; {common.not_quiet} case(s) did not get one within {common.QUIET_TIMEOUT:g} s)"
     )
@@ -560,7 +562,10 @@ def report(
     peer_names = {"raw": "raw Ray (PG + tasks)", "fray": "fray RayCluster", EFORMER: "eformer execute_resumable"}
     for slices in (1, 2):
         for what in ("end_to_end", "all_running"):
-            label = f"{'end to end' if what == 'end_to_end' else 'launch -> all hosts running'}, {slices} slice{'s' * (slices > 1)}"
+            label = (
+                f"{'end to end' if what == 'end_to_end' else 'launch -> all hosts running'}, {slices} "
+                f"slice{'s' * (slices > 1)}"
+            )
             base = med([r[what] for r in launches[("raw", slices)]])[0]
             for kind in ("raw", "fray", EFORMER):
                 rows = launches.get((kind, slices))
@@ -585,7 +590,10 @@ def report(
                     name = "eformer autoscale_execute_resumable" if slices == 2 else peer_names[kind]
                     print(f"{label:<50}{name:<34}  {why}")
     for slices in (1, 2):
-        label = f"recovery, {slices} slice{'s' * (slices > 1)} ({'idle slice ready' if slices == 1 else 'waits for restored slice'})"
+        label = (
+            f"recovery, {slices} slice{'s' * (slices > 1)} "
+            f"({'idle slice ready' if slices == 1 else 'waits for restored slice'})"
+        )
         raw = recoveries.get(("raw", slices))
         for kind in ("raw", "fray", EFORMER):
             rows = recoveries.get((kind, slices))
@@ -599,7 +607,8 @@ def report(
                 print(f"{label:<50}{name:<34}  {why}")
     if ef:
         print(
-            f"{'held session, per-call overhead':<46}{'eformer TpuRemoteManager':<34}  {probes.get('TpuRemoteManager', '?')}"
+            f"{'held session, per-call overhead':<46}{'eformer TpuRemoteManager':<34}  "
+            f"{probes.get('TpuRemoteManager', '?')}"
         )
     breakdown(launches, events)
     return out

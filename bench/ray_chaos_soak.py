@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = re.findall(r"^FAILED (\S+)", out.stdout, re.M)
     ok = len(jobs) - len(failed)  # a failed phase test stops at its first bad job
     print(
-        f"chaos soak on Ray: seed {seed}, {cases} case(s) per phase, {len(jobs)} chaos job(s), {took:.0f} s (replay: FRAY_CHAOS_SEED={seed})"
+        f"chaos soak on Ray: seed {seed}, {cases} case(s) per phase, {len(jobs)} chaos job(s), {took:.0f} "
+        f"s (replay: FRAY_CHAOS_SEED={seed})"
     )
     for line in jobs:
         print(f"  {line.strip()}")

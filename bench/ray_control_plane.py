@@ -583,33 +583,41 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
     print(f"\n{'hosts':>6} {'registered in':>14} {'ray.nodes() s':>14} {'idle GCS ms/s':>14} {'idle head ms/s':>15}")
     for r in cpu:
         print(
-            f"{r['n']:>6} {r['register_s']:>13.1f}s {r['ray_nodes_s']:>14.2f} {r['base']['gcs']:>14.1f} {r['base']['head']:>15.1f}"
+            f"{r['n']:>6} {r['register_s']:>13.1f}s {r['ray_nodes_s']:>14.2f} {r['base']['gcs']:>14.1f} "
+            f"{r['base']['head']:>15.1f}"
         )
     print("\nratio Fray / Ray job submission, per job (GCS; head):")
     for r in cpu:
         for kind in ("queued", "running"):
             f, g = r[f"fray_{kind}"], r[f"ray_{kind}"]
             print(
-                f"  {r['n']:>6} hosts, {kind:<8} GCS {f['gcs']:.1f} / {g['gcs']:.1f} = {f['gcs'] / max(0.1, g['gcs']):.1f}x; head {f['head']:.1f} / {g['head']:.1f} = {f['head'] / max(0.1, g['head']):.1f}x"
+                f"  {r['n']:>6} hosts, {kind:<8} GCS {f['gcs']:.1f} / {g['gcs']:.1f} = "
+                f"{f['gcs'] / max(0.1, g['gcs']):.1f}x; head {f['head']:.1f} / {g['head']:.1f} = "
+                f"{f['head'] / max(0.1, g['head']):.1f}x"
             )
     if mem:
         print(f"\nHead memory per concurrent job ({mem['count']} concurrent each; MB)")
         print(
-            f"{'':<22} {'PSS':>8} {'private':>8} {'supervisor PSS':>15} {'supervisor private':>19} {'rest PSS':>9} {'processes':>10}"
+            f"{'':<22} {'PSS':>8} {'private':>8} {'supervisor PSS':>15} {'supervisor private':>19} "
+            f"{'rest PSS':>9} {'processes':>10}"
         )
         for who, label in (("fray", "Fray"), ("ray", "Ray job submission")):
             m = mem[who]
             print(
-                f"{label:<22} {m['pss']:>8.1f} {m['private']:>8.1f} {m['supervisor_pss']:>15.1f} {m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f}"
+                f"{label:<22} {m['pss']:>8.1f} {m['private']:>8.1f} {m['supervisor_pss']:>15.1f} "
+                f"{m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f}"
             )
         print(f"ratio Fray / Ray job submission (PSS per job): {mem['fray']['pss'] / max(0.1, mem['ray']['pss']):.2f}")
     if tp:
         print(f"\nThroughput: {tp['count']} small CPU jobs launched back to back, until all SUCCEEDED")
         print(
-            f"  raw Ray tasks {tp['raw']:.1f} s; Fray {tp['fray']:.1f} s (median launch {tp['launch_ms']:.1f} ms); Ray job submission {tp['ray_jobs']:.1f} s (submit {tp['submit_ms']:.1f} ms each)"
+            f"  raw Ray tasks {tp['raw']:.1f} s; Fray {tp['fray']:.1f} s (median launch "
+            f"{tp['launch_ms']:.1f} ms); Ray job submission {tp['ray_jobs']:.1f} s (submit "
+            f"{tp['submit_ms']:.1f} ms each)"
         )
         print(
-            f"  ratio Fray / raw Ray {tp['fray'] / tp['raw']:.2f}; Fray / Ray job submission {tp['fray'] / tp['ray_jobs']:.2f}"
+            f"  ratio Fray / raw Ray {tp['fray'] / tp['raw']:.2f}; Fray / Ray job submission "
+            f"{tp['fray'] / tp['ray_jobs']:.2f}"
         )
     print("\nGoals (issue 29):")
     if cpu:
@@ -617,7 +625,9 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
         for kind in ("queued", "running"):
             d = big[f"fray_{kind}"]
             print(
-                f"  per {kind} job at {big['n']} hosts: GCS {d['gcs']:.1f} ms/s <= {GOAL_GCS_MS}: {_met(d['gcs'] <= GOAL_GCS_MS)}; head {d['head']:.1f} ms/s <= {GOAL_HEAD_MS}: {_met(d['head'] <= GOAL_HEAD_MS)}"
+                f"  per {kind} job at {big['n']} hosts: GCS {d['gcs']:.1f} ms/s <= {GOAL_GCS_MS}: "
+                f"{_met(d['gcs'] <= GOAL_GCS_MS)}; head {d['head']:.1f} ms/s <= {GOAL_HEAD_MS}: "
+                f"{_met(d['head'] <= GOAL_HEAD_MS)}"
             )
         if len(cpu) > 1:
             for kind in ("queued", "running"):
@@ -625,19 +635,24 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
                     a, b = small[f"fray_{kind}"][what], big[f"fray_{kind}"][what]
                     same = abs(b - a) <= max(NOISE_MS, NOISE_SHARE * max(abs(a), abs(b)))
                     print(
-                        f"  per {kind} job {what.upper() if what == 'gcs' else what} cost independent of size: {small['n']} hosts {a:.1f}, {big['n']} hosts {b:.1f} ms/s: {_met(same)}"
+                        f"  per {kind} job {what.upper() if what == 'gcs' else what} cost independent of "
+                        f"size: {small['n']} hosts {a:.1f}, {big['n']} hosts {b:.1f} ms/s: {_met(same)}"
                     )
         else:
             print("  per-job cost independent of size: not measured (one size; pass --hosts A B)")
     if mem:
         share = mem["fray"]["pss"] / max(0.1, mem["ray"]["pss"])
         print(
-            f"  head memory per job: Fray {mem['fray']['pss']:.0f} MB / Ray job submission {mem['ray']['pss']:.0f} MB = {share:.2f} <= {GOAL_MEMORY_SHARE}: {_met(share <= GOAL_MEMORY_SHARE)}"
+            f"  head memory per job: Fray {mem['fray']['pss']:.0f} MB / Ray job submission "
+            f"{mem['ray']['pss']:.0f} MB = {share:.2f} <= {GOAL_MEMORY_SHARE}: "
+            f"{_met(share <= GOAL_MEMORY_SHARE)}"
         )
     if tp:
         ratio = tp["fray"] / tp["raw"]
         print(
-            f"  throughput: Fray / raw Ray {ratio:.2f} <= {GOAL_THROUGHPUT}: {_met(ratio <= GOAL_THROUGHPUT)}; faster than Ray job submission ({tp['fray']:.1f} s vs {tp['ray_jobs']:.1f} s): {_met(tp['fray'] < tp['ray_jobs'])}"
+            f"  throughput: Fray / raw Ray {ratio:.2f} <= {GOAL_THROUGHPUT}: "
+            f"{_met(ratio <= GOAL_THROUGHPUT)}; faster than Ray job submission ({tp['fray']:.1f} s vs "
+            f"{tp['ray_jobs']:.1f} s): {_met(tp['fray'] < tp['ray_jobs'])}"
         )
         print(
             f"  launch median {tp['launch_ms']:.1f} ms <= {GOAL_LAUNCH_MS}: {_met(tp['launch_ms'] <= GOAL_LAUNCH_MS)}"
@@ -696,12 +711,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.phantoms.close()
     print(
-        f"Ray control plane per Fray job vs Ray job submission (emulated cluster: head + 1 x {TPU_TYPE}, plus phantom {PHANTOM_TYPE} hosts)"
+        f"Ray control plane per Fray job vs Ray job submission (emulated cluster: head + 1 x {TPU_TYPE}, "
+        f"plus phantom {PHANTOM_TYPE} hosts)"
     )
     report(cpu, mem, tp)
     load1 = os.getloadavg()
     print(
-        f"\n{time.monotonic() - t_start:.0f} s; load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load0)} before, {'/'.join(f'{x:.1f}' for x in load1)} after"
+        f"\n{time.monotonic() - t_start:.0f} s; load average (1/5/15 min) "
+        f"{'/'.join(f'{x:.1f}' for x in load0)} before, {'/'.join(f'{x:.1f}' for x in load1)} after"
     )
     return 0
 

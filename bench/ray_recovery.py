@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(
         f"goal (lost before host start): fray recovery <= nodes marked dead + 1 s + join = {pre_goal:.2f} s -> ratio "
-        f"{pre_rec / pre_goal:.2f} ({'met' if pre_rec <= pre_goal else 'MISSED'}); attempt 0's cause: {pre[0]['cause']!r}"
+        f"{pre_rec / pre_goal:.2f} ({'met' if pre_rec <= pre_goal else 'MISSED'}); attempt 0's cause: "
+        f"{pre[0]['cause']!r}"
     )
     return {
         "recovery": rec,

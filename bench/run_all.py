@@ -109,11 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
             "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
-            "(CI runs each script with `--smoke`; peers_ray.py without the `bench` extra reports eformer as not installed).",
-            "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or one table with",
+            "(CI runs each script with `--smoke`; peers_ray.py without the `bench` extra reports eformer "
+            "as not installed).",
+            "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or "
+            "one table with",
             "`python bench/<script>.py` (e.g. `python bench/peers_ray.py` for the headline table).",
             f"All scripts took {total:.0f} s; {load}. Timings of the Ray and local-backend figures move with",
-            "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says which are noisy.",
+            "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says "
+            "which are noisy.",
             "",
         ]
         for title, script, text, dt in sections:

@@ -412,7 +412,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_scaling(sl, "host runs, ~10x the attempts")
     mb = max(b["traced_peak_mb"], b["maxrss_mb"])
     print(
-        f"goal full size: < 2 s -> {b['seconds']:.2f} s wall, {b['cpu']:.2f} s CPU ({'met' if b['seconds'] < 2 else 'MISSED'}); "
+        f"goal full size: < 2 s -> {b['seconds']:.2f} s wall, {b['cpu']:.2f} s CPU "
+        f"({'met' if b['seconds'] < 2 else 'MISSED'}); "
         f"< 300 MB -> {mb:.0f} MB ({'met' if mb < 300 else 'MISSED'})"
     )
     if args.profile:

@@ -141,7 +141,8 @@ def ray_main(calls: int, jobs: int) -> dict[str, float]:
         fresh = fresh_launches(cluster, resources, jobs)
     f, (h, h90), (r, r90) = statistics.median(fresh), med_p90(held), med_p90(raw)
     print(
-        f"held session on Ray {ray.__version__}, emulated 2 x v4-16 (4 host workers): per call, {calls} session calls and "
+        f"held session on Ray {ray.__version__}, emulated 2 x v4-16 (4 host workers): per call, {calls} "
+        f"session calls and "
         f"{calls} raw broadcasts interleaved, then {jobs} fresh jobs"
     )
     print(f"{'':<44}{'median s':>10}{'p90 s':>8}{'ratio':>8}")

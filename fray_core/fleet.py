@@ -1074,7 +1074,8 @@ class Fleet:
                 self.device_failed(sl.name, host, "device busy")
                 return HostFate(
                     "PREEMPTED",
-                    f"DeviceBusyError: TPU in use: a stale device lock is on {sl.name} host {host} (device init failed)",
+                    f"DeviceBusyError: TPU in use: a stale device lock is on {sl.name} host {host} (device "
+                    f"init failed)",
                 )
             cleaned = self.clean(sl.name, host)
         if fault is None:

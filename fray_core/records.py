@@ -735,7 +735,8 @@ class JobStore:
         shared_hint = (
             ""
             if self.shared or what != "jobs dir"
-            else f", or, if the dir is shared on purpose, set {SHARED_ENV}=1 (results then load only from job dirs you own)"
+            else f", or, if the dir is shared on purpose, set {SHARED_ENV}=1 (results then load only from job "
+            f"dirs you own)"
         )
         if st.st_uid != me:
             raise UnsafeJobsDirError(

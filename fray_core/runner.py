@@ -469,7 +469,10 @@ class GangRunner:
         if not not_started:
             self._all_started(attempt)
         elif len(not_started) != before:
-            self.info.progress = f"attempt {attempt.index}: {n_runs - len(not_started)} of {n_runs} hosts started on {', '.join(attempt.slices)}"
+            self.info.progress = (
+                f"attempt {attempt.index}: {n_runs - len(not_started)} of {n_runs} hosts started on "
+                f"{', '.join(attempt.slices)}"
+            )
             self._changed()
 
     def _watch(
@@ -544,7 +547,8 @@ class GangRunner:
                 return (
                     AttemptOutcome.PREEMPTED,
                     f"host start timed out: {len(late)} of {len(runs)} hosts had not started "
-                    f"{self.policy.host_start_timeout:g} s after they were submitted ({where}); their slice is taken as lost",
+                    f"{self.policy.host_start_timeout:g} s after they were submitted ({where}); their "
+                    f"slice is taken as lost",
                     None,
                 )
             ended: set[HostRun] = set()

@@ -581,7 +581,8 @@ class EnvironmentConfig:
         _check_workspace(self, None, self.working_dir)  # type: ignore[arg-type]
         if self.workspace is not None and self.workspace != self.working_dir:
             raise ValueError(
-                f"EnvironmentConfig: working_dir={self.working_dir!r} and workspace={self.workspace!r} name the same thing; give one"
+                f"EnvironmentConfig: working_dir={self.working_dir!r} and workspace={self.workspace!r} "
+                f"name the same thing; give one"
             )
         object.__setattr__(self, "workspace", self.working_dir)
         object.__setattr__(self, "working_dir", None)  # one field holds it: records and equality see workspace
@@ -736,7 +737,8 @@ class JobRequest:
             got = list(res.replicas) if isinstance(res.replicas, tuple) else res.replicas
             raise ValueError(
                 f"JobRequest.elastic: needs a TPU device and more than one acceptable slice count, "
-                f"e.g. ResourceConfig(device=TpuConfig(type='v4-16'), replicas=[4, 2, 1]); got {what} with replicas={got!r}"
+                f"e.g. ResourceConfig(device=TpuConfig(type='v4-16'), replicas=[4, 2, 1]); got {what} with "
+                f"replicas={got!r}"
             )
 
     @property

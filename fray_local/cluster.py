@@ -336,7 +336,8 @@ class LocalCluster(RecordCluster):
                 return
             time.sleep(0.1)
         raise FrayError(
-            f"terminate: job {job_id} (supervised by pid {record.get('owner', {}).get('pid')}) did not stop within {deadline:.0f} s"
+            f"terminate: job {job_id} (supervised by pid {record.get('owner', {}).get('pid')}) did not "
+            f"stop within {deadline:.0f} s"
         )
 
     def _ensure_watcher(self) -> None:

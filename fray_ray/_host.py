@@ -149,7 +149,8 @@ def _check_device(lockfile: str, where: str) -> None:
     if holders:
         pid, path = holders[0]
         raise TpuBusyError(
-            f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the host cannot start the job now"
+            f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the host cannot "
+            f"start the job now"
         )
     if os.path.exists(lockfile):
         try:
@@ -551,7 +552,8 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
                 if holders:
                     pid, path = holders[0]
                     raise TpuBusyError(
-                        f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the job failed with {type(e).__name__}: {e}"
+                        f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the "
+                        f"job failed with {type(e).__name__}: {e}"
                     ) from e
             raise
         finally:

@@ -137,7 +137,8 @@ class RayCluster(RecordCluster):
             key, sep, value = non_preemptible_tpu_label.partition("=")
             if not (key.strip() and sep and value.strip()):
                 raise ValueError(
-                    f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not 'KEY=VALUE' (a node label)"
+                    f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not "
+                    f"'KEY=VALUE' (a node label)"
                 )
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         if not ray.is_initialized():
@@ -201,8 +202,10 @@ class RayCluster(RecordCluster):
             and self.non_preemptible_tpu_label is None
         ):
             raise ValueError(
-                f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but this Ray cluster has no "
-                "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
+                f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but "
+                f"this Ray cluster has no "
+                "non-preemptible TPU capacity configured: pass "
+                "RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
         runtime_env = upload_code(code_runtime_env(request))  # the user's code, shipped (refused here when too big)
@@ -411,7 +414,8 @@ class RayCluster(RecordCluster):
         if self._supervisor(str(info.job_id), record) is not None:
             return None
         return (
-            f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
+            f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace "
+            f"{self.namespace!r}) is gone "
             "before the job ended: its node died or the Ray cluster restarted"
         )
 
@@ -452,8 +456,10 @@ class RayCluster(RecordCluster):
             internal_kv._internal_kv_put(key, b"1", overwrite=True, namespace=self.namespace)
             return
         reason = (
-            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store {self.store.root!r}: {problem}. "
-            "Its supervisors run on the head node: give a store every machine reaches (jobs_dir='gs://BUCKET/fray', or a shared path)"
+            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store "
+            f"{self.store.root!r}: {problem}. "
+            "Its supervisors run on the head node: give a store every machine reaches "
+            "(jobs_dir='gs://BUCKET/fray', or a shared path)"
         )
         info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
         self.store.write(info, owner=self._owner(""))

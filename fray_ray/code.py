@@ -138,8 +138,10 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     size = _size(root, limit)
     if size > limit:
         raise ValueError(
-            f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to ship to the Ray cluster: "
-            "install it on the cluster's machines, or set EnvironmentConfig(working_dir=DIR) to a smaller directory that holds it"
+            f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to "
+            f"ship to the Ray cluster: "
+            "install it on the cluster's machines, or set EnvironmentConfig(working_dir=DIR) to a smaller "
+            "directory that holds it"
         )
     out["working_dir"] = root
     out["excludes"] = sorted(f"**/{d}/" for d in _SKIP_DIRS)

@@ -80,11 +80,13 @@ def check_ray_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
             pass
     except TimeoutError:
         raise RayConnectionError(
-            f"cannot reach the Ray cluster at {address}: no answer within {min(5.0, timeout):g} s (wrong address, or a firewall)"
+            f"cannot reach the Ray cluster at {address}: no answer within {min(5.0, timeout):g} s (wrong "
+            f"address, or a firewall)"
         ) from None
     except OSError as e:
         why = (
-            "connection refused (nothing listens there: is the head node up, and is this its GCS port, 6379 by default?)"
+            "connection refused (nothing listens there: is the head node up, and is this its GCS port, "
+            "6379 by default?)"
             if e.errno == errno.ECONNREFUSED
             else (e.strerror or str(e))
         )
@@ -105,7 +107,8 @@ def _check_gcs(address: str, end: float) -> None:
             grpc.channel_ready_future(channel).result(timeout=max(0.1, end - time.monotonic()))
         except grpc.FutureTimeoutError:
             raise RayConnectionError(
-                f"{address} answers but is not a Ray cluster's GCS (no gRPC there; the dashboard's port is not the address)"
+                f"{address} answers but is not a Ray cluster's GCS (no gRPC there; the dashboard's port is "
+                f"not the address)"
             ) from None
         token = _token()
         metadata = [("authorization", f"Bearer {token}")] if token else None
@@ -119,7 +122,8 @@ def _check_gcs(address: str, end: float) -> None:
             if code == grpc.StatusCode.UNAUTHENTICATED:
                 how = "this client's token was refused" if token else "it requires a token and this client has none"
                 raise RayConnectionError(
-                    f"the Ray cluster at {address} refused this client: {how} (Ray token authentication: set RAY_AUTH_TOKEN "
+                    f"the Ray cluster at {address} refused this client: {how} (Ray token authentication: "
+                    f"set RAY_AUTH_TOKEN "
                     "or ~/.ray/auth_token to the cluster's token)"
                 ) from None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -142,7 +146,8 @@ def _check_gcs(address: str, end: float) -> None:
         theirs = (meta.get("ray_version"), meta.get("python_version"))
         if theirs[0] and theirs[0] != mine[0] or theirs[1] and theirs[1].split(".")[:2] != mine[1].split(".")[:2]:
             raise RayConnectionError(
-                f"version mismatch with the Ray cluster at {address}: the cluster runs Ray {theirs[0]} on Python {theirs[1]}, "
+                f"version mismatch with the Ray cluster at {address}: the cluster runs Ray {theirs[0]} on "
+                f"Python {theirs[1]}, "
                 f"this client Ray {mine[0]} on Python {mine[1]} (install the cluster's versions here)"
             )
     finally:

@@ -436,7 +436,10 @@ class RaySliceProvider(SliceProvider):
             self.submitted_at,
             members,
         )
-        message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
+        message = (
+            f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, "
+            f"{len(alive) - len(free)} busy"
+        )
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]
             if fitting:
@@ -562,7 +565,8 @@ class RaySliceProvider(SliceProvider):
                 # the scheduler admitted us, so the slices exist: another claim got there first (the queue
                 # only orders, placement groups decide); we keep our place in line
                 raise Unschedulable(
-                    f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster has: {free} free, {total - free} busy",
+                    f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster "
+                    f"has: {free} free, {total - free} busy",
                     held=True,
                     reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
                 )
@@ -593,7 +597,8 @@ class RaySliceProvider(SliceProvider):
             groups.extend(workers)
             if not self._ready(workers, wait_until, held=heads):
                 raise Unschedulable(
-                    f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time"
+                    f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not "
+                    f"become free in time"
                 )
         except BaseException:
             _Reservation(groups).remove()
@@ -623,7 +628,8 @@ class RaySliceProvider(SliceProvider):
             raise Unschedulable(
                 f"asked: {count} x {spec.name}; cluster has: {free} free, {total - free} busy",
                 held=True,
-                reason=f"claiming {count} x {spec.name}: only {len(candidates)} free slice(s) may be taken now; retrying",
+                reason=f"claiming {count} x {spec.name}: only {len(candidates)} free slice(s) may be taken now; "
+                f"retrying",
             )
         wait_until = max(deadline, time.monotonic() + RESERVE_GRACE)
         names = candidates[:count]
@@ -639,7 +645,8 @@ class RaySliceProvider(SliceProvider):
         try:
             if not self._ready(groups, wait_until):
                 raise Unschedulable(
-                    f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster has: {free} free, {total - free} busy",
+                    f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster "
+                    f"has: {free} free, {total - free} busy",
                     held=True,
                     reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
                 )

@@ -161,7 +161,10 @@ class JobSupervisor:
     def _start_failed(self, job_id: str, settings: dict[str, Any], error: BaseException) -> None:
         """The job could not start: say why where every client looks (the record if the store works from
         here, and Ray's KV store, which ``RayCluster.poll`` reads for a job whose supervisor is gone), exit."""
-        reason = f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store {settings.get('jobs_dir')!r}, as the cluster's head sees it)"
+        reason = (
+            f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store "
+            f"{settings.get('jobs_dir')!r}, as the cluster's head sees it)"
+        )
         try:
             from ray.experimental import internal_kv
 

@@ -126,6 +126,9 @@ def test_parse_spec() -> None:
 
 def test_importing_core_and_local_never_imports_ray() -> None:
     # (how long the import takes is measured by bench/import_cost.py, not asserted here)
-    code = "import sys, fray_core, fray_local, fray_local.testing; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
+    code = (
+        "import sys, fray_core, fray_local, fray_local.testing; print(sorted(m for m in sys.modules if "
+        "m.split('.')[0] == 'ray'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -289,7 +289,10 @@ def test_ray_remote_function_is_accepted(local_cluster: LocalCluster) -> None:
 
 
 def test_user_exception_class_lookup() -> None:
-    cause = "failed on slice 0 (v4-16-0) host 0: KeyError: 'x'\nTraceback (most recent call last):\n  File \"x\"\nKeyError: 'x'\n"
+    cause = (
+        "failed on slice 0 (v4-16-0) host 0: KeyError: 'x'\nTraceback (most recent call last):\n  File "
+        "\"x\"\nKeyError: 'x'\n"
+    )
     assert lev._user_exception_class(cause) is KeyError
     assert lev._user_exception_class("failed on replica 0: exit code 4\nsome output") is None
     assert lev._user_exception_class(f"{__name__}.CompatTestError: boom") is CompatTestError

@@ -203,7 +203,10 @@ def _wait(driver: Any, predicate: Any, what: str, timeout: float = 30) -> Any:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
 
 
-_ROWS = "return [...document.querySelectorAll(arguments[0])].map(r => [r.dataset.job || r.dataset.slice, [...r.cells].map(c => c.textContent)])"
+_ROWS = (
+    "return [...document.querySelectorAll(arguments[0])].map(r => [r.dataset.job || r.dataset.slice, "
+    "[...r.cells].map(c => c.textContent)])"
+)
 
 
 def _rows(driver: Any, selector: str) -> dict[str, list[str]]:
@@ -223,7 +226,10 @@ def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser
     assert browser.title == "fray: jobs"
 
 
-_BARS = "return [...document.querySelectorAll('svg#timeline rect.bar')].map(b => [b.dataset.attempt, b.dataset.outcome, b.getAttribute('width')])"
+_BARS = (
+    "return [...document.querySelectorAll('svg#timeline rect.bar')].map(b => [b.dataset.attempt, "
+    "b.dataset.outcome, b.getAttribute('width')])"
+)
 
 
 def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> None:

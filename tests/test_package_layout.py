@@ -151,7 +151,8 @@ def test_importing_fray_core_never_loads_the_cli_terminal_library(code: str) -> 
         [
             sys.executable,
             "-c",
-            f"{code}; import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m.startswith('fray_core.cli')))",
+            f"{code}; import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or "
+            f"m.startswith('fray_core.cli')))",
         ],
         capture_output=True,
         text=True,

@@ -366,7 +366,8 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
     proj = tmp_path / "client-only"
     proj.mkdir()
     (proj / "client_only_mod.py").write_text(
-        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if 'client-only' in p]]\n"
+        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if "
+        "'client-only' in p]]\n"
     )
     driver = textwrap.dedent(
         f"""

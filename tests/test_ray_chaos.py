@@ -65,7 +65,10 @@ class Case:
     delay: float
 
     def __str__(self) -> str:
-        return f"seed {SEED} phase {self.phase} case {self.index}: {self.slices} slice(s), host {self.seconds}s, removal +{self.delay:.2f}s"
+        return (
+            f"seed {SEED} phase {self.phase} case {self.index}: {self.slices} slice(s), host {self.seconds}s, "
+            f"removal +{self.delay:.2f}s"
+        )
 
 
 def leftovers(job_id: str, record: dict[str, Any]) -> list[str]:

@@ -169,6 +169,7 @@ def test_code_from_a_client_directory_travels_and_installed_code_does_not(
     assert code_runtime_env(req(json.JSONEncoder, working_dir=str(tmp_path)))["working_dir"] == str(tmp_path)
     with pytest.raises(
         ValueError,
-        match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to ship.*EnvironmentConfig\\(working_dir=DIR\\)",
+        match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to "
+        f"ship.*EnvironmentConfig\\(working_dir=DIR\\)",
     ):
         code_runtime_env(req(mod.main), limit=1024)

@@ -169,7 +169,8 @@ def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_
             reason = reason_of(
                 quarantining,
                 job,
-                rf"queued: 1st for 1 x v4-16; cluster: 0 free, 1 held by block-a; quarantined: {bad} \(device busy twice in \d+ s\)",
+                rf"queued: 1st for 1 x v4-16; cluster: 0 free, 1 held by block-a; quarantined: {bad} "
+                rf"\(device busy twice in \d+ s\)",
                 fresh=False,
             )
             scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)

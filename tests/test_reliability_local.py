@@ -214,7 +214,10 @@ def test_scratch_dirs_of_a_process_killed_9_are_swept_by_the_next_one(
     never the dir of a maker that is still alive."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    code = "import sys, time; from fray_core._scratch import scratch_dir; print(scratch_dir('fray-local-'), flush=True); time.sleep(60)"
+    code = (
+        "import sys, time; from fray_core._scratch import scratch_dir; print(scratch_dir('fray-local-'), "
+        "flush=True); time.sleep(60)"
+    )
     makers = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=_env(TMPDIR=str(tmp_path)), stdout=subprocess.PIPE, text=True

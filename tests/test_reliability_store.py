@@ -435,7 +435,8 @@ def test_good_input_still_passes() -> None:
 def test_extras_are_refused_with_the_way_that_works() -> None:
     with pytest.raises(
         ValueError,
-        match=r"EnvironmentConfig.extras: no backend installs extras \(got \['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]",
+        match=r"EnvironmentConfig.extras: no backend installs extras \(got "
+        r"\['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]",
     ):
         create_environment(extras=["tpu"])
     assert EnvironmentConfig(extras=()).extras == ()

@@ -77,7 +77,8 @@ def _since(text: str) -> float:
         return datetime.datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a duration ago (30s, 10m, 2h, 1d, 1w) or a date/time (2025-01-31, 2025-01-31T12:00), got {text!r}"
+            f"expected a duration ago (30s, 10m, 2h, 1d, 1w) or a date/time (2025-01-31, "
+            f"2025-01-31T12:00), got {text!r}"
         ) from None
 
 
@@ -489,7 +490,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
         live = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
         if live:
             raise UsageError(
-                f"job {live[0].job_id} is {live[0].status.value}: only a job that ended can be removed (fray stop {live[0].job_id} first)"
+                f"job {live[0].job_id} is {live[0].status.value}: only a job that ended can be removed "
+                f"(fray stop {live[0].job_id} first)"
             )
     if not infos:
         print("fray: no ended job matches", file=sys.stderr)
@@ -531,7 +533,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if not args.dry_run:
             delete_job(store, str(info.job_id))
         print(
-            f"{'would remove' if args.dry_run else 'removed'} {safe(info.job_id)} ({info.status.value}, ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)"
+            f"{'would remove' if args.dry_run else 'removed'} {safe(info.job_id)} ({info.status.value}, "
+            f"ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)"
         )
     if not old:
         print("fray: no ended job is that old", file=sys.stderr)
@@ -618,7 +621,8 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
         description="A job's output; every line is tagged [a<attempt> s<slice>/h<host>] (TPU) or "
         "[a<attempt> r<replica>] (CPU/GPU). With -f, follow until the job ends and exit with its status. "
         "The log is read in pieces: any size costs the same memory.",
-        epilog="examples:\n  fray logs ID --tail 50\n  fray logs ID -f --host 1/0\n  fray logs ID --attempt 2 --host r0",
+        epilog="examples:\n  fray logs ID --tail 50\n  fray logs ID -f --host 1/0\n  fray logs ID --attempt 2 "
+        "--host r0",
         formatter_class=fmt,
     )
     p.add_argument("job_id", metavar="ID")

@@ -271,7 +271,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         "--pip",
         metavar="PKG",
         action="append",
-        help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns if missing)",
+        help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns "
+        "if missing)",
     )
     p.add_argument(
         "--max-retries-preemption",

@@ -94,7 +94,8 @@ def _single_host_slice(generation: str, chips: int, option: str) -> TpuSpec:
     raise ValueError(
         f"ray option {option}: no single-host {generation} slice has {chips} chips, so the slice type cannot be "
         f"inferred; single-host {generation} slices: {', '.join(singles) or 'none'}. For a host of a multi-host "
-        f"slice, add the slice's head resource, e.g. resources={{'TPU-{generation}-16-head': 1}}, or use TpuConfig directly"
+        f"slice, add the slice's head resource, e.g. resources={{'TPU-{generation}-16-head': 1}}, or use "
+        f"TpuConfig directly"
     )
 
 
@@ -211,7 +212,8 @@ def resources_from_ray_options(
                 )
             if is_tpu_type and _tpu_generation("accelerator_type", accelerator_type) != spec.generation:  # type: ignore[arg-type]
                 raise ValueError(
-                    f"ray option accelerator_type={accelerator_type!r} disagrees with resources[{head!r}] ({spec.generation})"
+                    f"ray option accelerator_type={accelerator_type!r} disagrees with resources[{head!r}] "
+                    f"({spec.generation})"
                 )
         else:
             chips = _number("resources['TPU']", tpu_chips, minimum=1)
