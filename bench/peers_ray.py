@@ -346,8 +346,12 @@ what, d = sys.argv[1], sys.argv[2]
 fn = ray.remote(max_calls=1, num_cpus=0)(common.mark)
 print("PROBE start", what, flush=True)
 if what == "autoscale_execute_resumable":
-    config = TpuAcceleratorConfig(tpu_version="v4-16", pod_count=2, chips_per_host=4, worker_count=2, runtime_name="probe")
-    out = RayExecutor.autoscale_execute_resumable(fn, config, max_retries_preemption=1000, max_retries_failure=1000, marker_dir=d, tag="probe")
+    config = TpuAcceleratorConfig(
+        tpu_version="v4-16", pod_count=2, chips_per_host=4, worker_count=2, runtime_name="probe"
+    )
+    out = RayExecutor.autoscale_execute_resumable(
+        fn, config, max_retries_preemption=1000, max_retries_failure=1000, marker_dir=d, tag="probe"
+    )
 else:
     m = TpuRemoteManager("v4-16", pod_count=1)
     out = m.run_function(common.mark, d, "probe")
@@ -664,7 +668,8 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
         xs = [m["t"] - m["process_start"] for s in (1, 2) for r in launches.get((kind, s), []) for m in r["markers"]]
         if xs:
             print(
-                f"{f'{kind}: host process created -> its function started (per host, s)':<56}{common.med_p90(xs)[0]:>10.3f}"
+                f"{f'{kind}: host process created -> its function started (per host, s)':<56}"
+                f"{common.med_p90(xs)[0]:>10.3f}"
             )
 
 

@@ -340,8 +340,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 def hold():
     import time
     time.sleep({hold})
-ray.get([hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)).remote()
-         for i in range(hosts)])
+ray.get([
+    hold.options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)
+    ).remote()
+    for i in range(hosts)
+])
 """
 
 

@@ -9,10 +9,11 @@ starts joining at once).
 
 - fray: a 2-slice job whose attempt-0 hosts hold (sleep). Timed from the moment the removal starts to the
   moment the last of the 4 hosts of the next attempt has started (the "all hosts running" end of THE
-  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the surviving slice and the restored
-  one. That figure INCLUDES: Ray noticing the lost hosts, the runner cancelling the survivors and releasing
-  both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING FOR THE RESTORED SLICE TO JOIN (the
-  emulated restore starts 2 raylets on this machine), the two-phase reservation and the host start.
+  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the
+  surviving slice and the restored one. That figure INCLUDES: Ray noticing the lost hosts, the runner
+  cancelling the survivors and releasing both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING
+  FOR THE RESTORED SLICE TO JOIN (the emulated restore starts 2 raylets on this machine), the two-phase
+  reservation and the host start.
   Also shown: when attempt 0 was recorded PREEMPTED (fray's detection).
 - fray, lost before host start: the same 2-slice job, but a slice is removed the moment ``poll()`` first
   names attempt 0's slices (reserved, hosts not started: their tasks never fail, they wait for nodes that
@@ -29,8 +30,9 @@ starts joining at once).
   slice: removal start -> its 4 hosts running (the like-for-like figure for fray's recovery; both pay for
   cold worker processes on the new nodes, which neither "detection" nor "join" contains).
 
-Goal: fray recovery <= detection + 1 s + join (medians); the ratio to the hand-written recovery is shown too. Every run starts on a settled cluster: removed
-nodes marked dead by Ray and every chip free (waiting for that is not timed).
+Goal: fray recovery <= detection + 1 s + join (medians); the ratio to the hand-written recovery is shown
+too. Every run starts on a settled cluster: removed nodes marked dead by Ray and every chip free (waiting
+for that is not timed).
 """
 
 from __future__ import annotations

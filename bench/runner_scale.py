@@ -400,8 +400,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"storms of slice preemptions (every slice of the job in each attempt); medians of {args.repeats} fresh\n"
         f"interpreter(s) per size, interleaved; collector {args.gc}; load average {load_before} before, {load()} after"
     )
-    print(f"{'size':<28}{'hosts':>7}{'attempts':>9}{'host runs':>11}{'preempt.':>9}{'wall s':>8}{'CPU s':>8}{'ratio':>7}"
-          f"{'in gc s':>8}{'full gc':>8}{'traced MB':>10}{'maxrss MB':>10}")  # fmt: skip
+    print(
+        f"{'size':<28}{'hosts':>7}{'attempts':>9}{'host runs':>11}{'preempt.':>9}{'wall s':>8}{'CPU s':>8}"
+        f"{'ratio':>7}{'in gc s':>8}{'full gc':>8}{'traced MB':>10}{'maxrss MB':>10}"
+    )
     for label, r in (("1/10 size (baseline)", s), ("full size", b), ("1/10 size, 10x preemptions", lg)):
         print(
             f"{label:<28}{r['hosts']:>7}{r['attempts']:>9}{r['host_runs']:>11}{r['preemptions']:>9}{r['seconds']:>8.3f}"
@@ -444,7 +446,8 @@ def queue_main(args: argparse.Namespace) -> dict[str, Any]:
     for label, r in (("1/10 size (baseline)", s), ("full size", b)):
         print(
             f"{label:<22}{r['jobs']:>6}{r['slices']:>7}{r['starts']:>8g}{r['preempted']:>9g}{r['device_failures']:>9g}"
-            f"{r['seconds']:>8.4f}{r['cpu']:>8.4f}{r['cpu'] / s['cpu']:>7.2f}{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
+            f"{r['seconds']:>8.4f}{r['cpu']:>8.4f}{r['cpu'] / s['cpu']:>7.2f}"
+            f"{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
         )
     print_scaling(sm, "starts")
     mb = max(b["traced_peak_mb"], b["maxrss_mb"])

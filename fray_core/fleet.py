@@ -34,7 +34,7 @@ infrastructure's fault (the host ends PREEMPTED), not the user's.
 >>> fleet.break_host("v4-16-0", 1)
 >>> fleet.host_fate(leases[0], 1)
 HostFate(kind='PREEMPTED', error='TpuDeviceError: the TPU device of v4-16-0 host 1 is broken (device init failed)', crash=False, cleaned=False)
-"""
+"""  # noqa: E501 - a doctest output line (HostFate repr) cannot be wrapped
 
 from __future__ import annotations
 

@@ -397,7 +397,7 @@ def _check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     Traceback (most recent call last):
     ...
     TypeError: Entrypoint.function_args: <lambda>() cannot take args=(1,), function_args={'step': 1}: got an unexpected keyword argument 'step'
-    """
+    """  # noqa: E501 - a doctest's expected exception message cannot be wrapped
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -857,8 +857,9 @@ class Goodput:
     """How a finished job's wall time (``submitted_at`` to ``finished_at``) was spent, in seconds and in
     chip-seconds: ``pending_s`` queued, acquiring slices or backing off between attempts; ``productive_s``
     the attempt that produced the result, from getting its slices to its end; ``lost_s`` attempts that did
-    not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time. Chip-seconds count the TPU chips
-    held (``pending_chip_s``: the chips asked for, while waiting); 0 for CPU/GPU jobs.
+    not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time.
+    Chip-seconds count the TPU chips held (``pending_chip_s``: the chips asked for, while waiting); 0 for
+    CPU/GPU jobs.
 
     >>> g = Goodput(pending_s=10.0, productive_s=80.0, lost_s=10.0)
     >>> g.ratio, g.wall_s

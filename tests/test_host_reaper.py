@@ -22,7 +22,13 @@ WORKER = r"""
 import os, subprocess, sys
 from fray_ray._host import _Reaper
 reaper = _Reaper()
-child = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+child = subprocess.Popen(
+    ["sleep", "120"],
+    start_new_session=True,
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
 print(child.pid, flush=True)
 os._exit(0 if "ray" not in sys.modules else 3)
 """

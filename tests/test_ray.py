@@ -377,7 +377,11 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
         from fray_core import Entrypoint, JobRequest, ResourceConfig
         from fray_ray import RayCluster
         cluster = RayCluster(address={ray_tpu_cluster.address!r}, warm_supervisor=False)
-        job = cluster.launch(JobRequest(name="own-code", entrypoint=Entrypoint(callable=client_only_mod.main), resources=ResourceConfig.with_tpu({TPU!r})))
+        job = cluster.launch(JobRequest(
+            name="own-code",
+            entrypoint=Entrypoint(callable=client_only_mod.main),
+            resources=ResourceConfig.with_tpu({TPU!r}),
+        ))
         shutil.rmtree({str(proj)!r})
         print(job)
         """

@@ -1,7 +1,7 @@
 """Scheduling policy on Ray (the session's emulated cluster, conftest.py: 2 x v4-16): one fair queue for
 every job of the cluster, whichever client launched it (``fray_ray.scheduler``, the policy of
-``fray_core.scheduling``), bad-host quarantine keyed by the host's node (not by a reusable slice name), and a job that ends leaving the queue
-at once. Jobs that hold slices wait for a gate file the test creates."""
+``fray_core.scheduling``), bad-host quarantine keyed by the host's node (not by a reusable slice name),
+and a job that ends leaving the queue at once. Jobs that hold slices wait for a gate file the test creates."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 (``started_runs``), a job is RUNNING only once every host of the attempt started, the progress says how
 many did, ``Attempt.hosts_started_at`` records when, and an attempt whose hosts do not all start within
 ``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider whose
-``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start`` returns. On a fake clock: no processes, no sleeps."""
+``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start``
+returns. On a fake clock: no processes, no sleeps."""
 
 from __future__ import annotations
 

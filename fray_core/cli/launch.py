@@ -112,7 +112,9 @@ def default_name(target: str, rest: Sequence[str]) -> str:
 
     >>> default_name("train:main", []), default_name("pkg.eval:main", [])
     ('train-main', 'eval-main')
-    >>> default_name("scripts/train.py", []), default_name("python", ["-u", "train.py"]), default_name("bash", ["-c", "x"])
+    >>> default_name("scripts/train.py", []), default_name("python", ["-u", "train.py"]), default_name(
+    ...     "bash", ["-c", "x"]
+    ... )
     ('train', 'python-train', 'bash')
     """
     if _CALLABLE_RE.match(target) and not target.endswith(".py"):

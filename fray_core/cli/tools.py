@@ -66,7 +66,8 @@ _fray() {{
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [[ " {takes_id} " == *" $cmd "* ]]; then
         local ids
-        ids=$(fray list --json 2>/dev/null | python3 -c 'import json,sys; print(" ".join(j["job_id"] for j in json.load(sys.stdin)))' 2>/dev/null)
+        ids=$(fray list --json 2>/dev/null |
+            python3 -c 'import json,sys; print(" ".join(j["job_id"] for j in json.load(sys.stdin)))' 2>/dev/null)
         COMPREPLY=($(compgen -W "$ids" -- "$cur"))
     else
         COMPREPLY=($(compgen -f -- "$cur"))

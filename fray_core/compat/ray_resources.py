@@ -148,7 +148,7 @@ def resources_from_ray_options(
     ResourceConfig(cpu=8.0, ram='16g', disk='16g', device=CpuConfig(kind='cpu'), replicas=1, preemptible=True, regions=None)
     >>> resources_from_ray_options(resources={"TPU": 4}, accelerator_type="TPU-V5LITEPOD").device.type
     'v5litepod-4'
-    """
+    """  # noqa: E501 - a doctest output line (ResourceConfig repr) cannot be wrapped
     for key, value in other_options.items():
         if key in _IGNORED_OPTIONS:
             continue
