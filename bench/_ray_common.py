@@ -80,7 +80,17 @@ def marker_details(marker_dir: str, tag: str) -> list[dict[str, Any]]:
             continue
         with open(os.path.join(marker_dir, fn)) as f:
             t, pid, pstart, cpu = f.read().split()
-        out.append({"slice": parts[1], "worker": parts[2], "attempt": parts[3], "t": float(t), "pid": int(pid), "process_start": float(pstart), "cpu": float(cpu)})
+        out.append(
+            {
+                "slice": parts[1],
+                "worker": parts[2],
+                "attempt": parts[3],
+                "t": float(t),
+                "pid": int(pid),
+                "process_start": float(pstart),
+                "cpu": float(cpu),
+            }
+        )
     return out
 
 
@@ -191,7 +201,9 @@ def wait_quiet(timeout: float = QUIET_TIMEOUT) -> bool:
     return False
 
 
-def wait_idle(total_slices: int, hosts_per_slice: int, chips_per_host: int, head_resource: str, timeout: float = 60.0) -> float:
+def wait_idle(
+    total_slices: int, hosts_per_slice: int, chips_per_host: int, head_resource: str, timeout: float = 60.0
+) -> float:
     """Wait (untimed) until every TPU chip and slice head is free again and the machine is quiet
     (:func:`wait_quiet`); returns the seconds waited."""
     import ray
@@ -228,7 +240,9 @@ def host_task_options(pg: Any, bundle: int, chips: int) -> dict[str, Any]:
         "num_cpus": 0,
         "resources": {"TPU": float(chips)},
         "max_retries": 0,
-        "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle),
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=bundle
+        ),
     }
 
 

@@ -133,7 +133,13 @@ class Peers:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("TPU")]
-        ray.get([self.raw_drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote() for nid in nodes], timeout=120)
+        ray.get(
+            [
+                self.raw_drain.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote()
+                for nid in nodes
+            ],
+            timeout=120,
+        )
 
     def idle(self) -> None:
         common.wait_idle(2, self.spec.hosts, self.spec.chips_per_host, self.spec.head_resource)
@@ -148,7 +154,9 @@ class Peers:
         t0 = time.time()
         pgs = common.baseline_placement_groups(names, self.spec.hosts, self.spec.chips_per_host)
         refs = [
-            self.raw_mark.options(name=f"raw:{tag}:{i}", **common.host_task_options(pg, h, self.spec.chips_per_host)).remote(self.dir, tag)
+            self.raw_mark.options(
+                name=f"raw:{tag}:{i}", **common.host_task_options(pg, h, self.spec.chips_per_host)
+            ).remote(self.dir, tag)
             for i, (pg, h) in enumerate((pg, h) for pg in pgs for h in range(self.spec.hosts))
         ]
         ray.get(refs, timeout=300)
@@ -171,7 +179,14 @@ class Peers:
         done = time.time()
         self.fray_jobs[tag] = job_id
         a = info.attempts[0]
-        return {"t0": t0, "done": done, "attempt": a.started_at, "held": a.acquired_at, "reported": a.hosts_started_at, "job": job_id}
+        return {
+            "t0": t0,
+            "done": done,
+            "attempt": a.started_at,
+            "held": a.acquired_at,
+            "reported": a.hosts_started_at,
+            "job": job_id,
+        }
 
     def eformer(self, slices: int, tag: str) -> dict[str, Any]:
         import ray
@@ -179,9 +194,17 @@ class Peers:
 
         assert slices == 1
         fn = ray.remote(max_calls=1, num_cpus=0)(common.mark)
-        config = TpuAcceleratorConfig(tpu_version=self.spec.name, pod_count=1, chips_per_host=self.spec.chips_per_host, worker_count=self.spec.hosts, runtime_name=tag)
+        config = TpuAcceleratorConfig(
+            tpu_version=self.spec.name,
+            pod_count=1,
+            chips_per_host=self.spec.chips_per_host,
+            worker_count=self.spec.hosts,
+            runtime_name=tag,
+        )
         t0 = time.time()
-        RayExecutor.execute_resumable(fn, config, max_retries_preemption=0 + 1, max_retries_failure=1, marker_dir=self.dir, tag=tag)
+        RayExecutor.execute_resumable(
+            fn, config, max_retries_preemption=0 + 1, max_retries_failure=1, marker_dir=self.dir, tag=tag
+        )
         return {"t0": t0, "done": time.time()}
 
     # ------------------------------------------------------------------------------------ recovery
@@ -189,7 +212,11 @@ class Peers:
     def _remove_when_running(self, tag: str, slices: int, victim_of: Any) -> tuple[float, str]:
         """Wait for every attempt-0 host, then remove one of their slices; returns (removal time, victim)."""
         hosts = slices * self.spec.hosts
-        first = wait_for(lambda: (got := [m for m in common.markers(self.dir, tag) if m[2] == "0"]) and len(got) >= hosts and got, 180, f"{tag}: attempt 0 on every host")
+        first = wait_for(
+            lambda: (got := [m for m in common.markers(self.dir, tag) if m[2] == "0"]) and len(got) >= hosts and got,
+            180,
+            f"{tag}: attempt 0 on every host",
+        )
         victim = victim_of(sorted({m[0] for m in first}))
         with open(os.path.join(self.dir, f"{tag}.attempt"), "w") as f:
             f.write("1")  # hosts started from now on are the next attempt's
@@ -199,7 +226,11 @@ class Peers:
 
     def _next_attempt(self, tag: str, slices: int, victim: str, t0: float) -> float:
         hosts = slices * self.spec.hosts
-        got = wait_for(lambda: (ms := [m for m in common.markers(self.dir, tag) if m[2] != "0"]) and len(ms) >= hosts and ms, 300, f"{tag}: the next attempt on every host")
+        got = wait_for(
+            lambda: (ms := [m for m in common.markers(self.dir, tag) if m[2] != "0"]) and len(ms) >= hosts and ms,
+            300,
+            f"{tag}: the next attempt on every host",
+        )
         assert victim not in {m[0] for m in got}, (victim, got)
         return max(m[3] for m in got) - t0
 
@@ -209,7 +240,12 @@ class Peers:
 
         names = sorted(self.fake.slices()[self.spec.name])
         use = names[:slices]
-        opts = lambda pgs: [common.host_task_options(pg, h, self.spec.chips_per_host) for pg in pgs for h in range(self.spec.hosts)]  # noqa: E731
+
+        def opts(pgs):
+            return [
+                common.host_task_options(pg, h, self.spec.chips_per_host) for pg in pgs for h in range(self.spec.hosts)
+            ]
+
         pgs = common.baseline_placement_groups(use, self.spec.hosts, self.spec.chips_per_host)
         refs = [self.raw_hold.options(**o).remote(self.dir, tag) for o in opts(pgs)]
         t0, victim = self._remove_when_running(tag, slices, lambda s: s[0])
@@ -222,7 +258,13 @@ class Peers:
         for pg in pgs:
             remove_placement_group(pg)
         # start again on live slices: the idle one (1 slice), or the survivor + the restored one (2 slices)
-        live = wait_for(lambda: (s := [n for n in self.fake.slices().get(self.spec.name, []) if n != victim]) and len(s) >= slices and s, 300, "a live slice")
+        live = wait_for(
+            lambda: (
+                (s := [n for n in self.fake.slices().get(self.spec.name, []) if n != victim]) and len(s) >= slices and s
+            ),
+            300,
+            "a live slice",
+        )
         keep = [n for n in use if n != victim] + [n for n in sorted(live) if n not in use]
         pgs = common.baseline_placement_groups(keep[:slices], self.spec.hosts, self.spec.chips_per_host)
         refs = [self.raw_hold.options(**o).remote(self.dir, tag) for o in opts(pgs)]
@@ -253,12 +295,20 @@ class Peers:
 
         assert slices == 1
         fn = ray.remote(max_calls=1, num_cpus=0)(hold)
-        config = TpuAcceleratorConfig(tpu_version=self.spec.name, pod_count=1, chips_per_host=self.spec.chips_per_host, worker_count=self.spec.hosts, runtime_name=tag)
+        config = TpuAcceleratorConfig(
+            tpu_version=self.spec.name,
+            pod_count=1,
+            chips_per_host=self.spec.chips_per_host,
+            worker_count=self.spec.hosts,
+            runtime_name=tag,
+        )
         out: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                out["result"] = RayExecutor.execute_resumable(fn, config, max_retries_preemption=5, max_retries_failure=5, marker_dir=self.dir, tag=tag)
+                out["result"] = RayExecutor.execute_resumable(
+                    fn, config, max_retries_preemption=5, max_retries_failure=5, marker_dir=self.dir, tag=tag
+                )
             except BaseException as e:  # reported below
                 out["error"] = e
 
@@ -296,8 +346,12 @@ what, d = sys.argv[1], sys.argv[2]
 fn = ray.remote(max_calls=1, num_cpus=0)(common.mark)
 print("PROBE start", what, flush=True)
 if what == "autoscale_execute_resumable":
-    config = TpuAcceleratorConfig(tpu_version="v4-16", pod_count=2, chips_per_host=4, worker_count=2, runtime_name="probe")
-    out = RayExecutor.autoscale_execute_resumable(fn, config, max_retries_preemption=1000, max_retries_failure=1000, marker_dir=d, tag="probe")
+    config = TpuAcceleratorConfig(
+        tpu_version="v4-16", pod_count=2, chips_per_host=4, worker_count=2, runtime_name="probe"
+    )
+    out = RayExecutor.autoscale_execute_resumable(
+        fn, config, max_retries_preemption=1000, max_retries_failure=1000, marker_dir=d, tag="probe"
+    )
 else:
     m = TpuRemoteManager("v4-16", pod_count=1)
     out = m.run_function(common.mark, d, "probe")
@@ -308,10 +362,20 @@ print("PROBE result", out, flush=True)
 
 def probe_eformer(address: str, what: str, marker_dir: str, timeout: float) -> str:
     """Run one eformer path in a subprocess for at most ``timeout`` s; ``"ran"`` or why it did not."""
-    env = dict(os.environ, RAY_ADDRESS=address, BENCH_DIR=os.path.dirname(os.path.abspath(__file__)), EFORMER_SCALE_RETRY_SLEEP_S="1")
+    env = dict(
+        os.environ,
+        RAY_ADDRESS=address,
+        BENCH_DIR=os.path.dirname(os.path.abspath(__file__)),
+        EFORMER_SCALE_RETRY_SLEEP_S="1",
+    )
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _EFORMER_PROBE, what, marker_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        [sys.executable, "-c", _EFORMER_PROBE, what, marker_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -330,7 +394,14 @@ def probe_eformer(address: str, what: str, marker_dir: str, timeout: float) -> s
 def _why(lines: list[str], timed_out: bool, took: float, rc: int | None) -> str:
     """One line from what the probe printed: how many attempts eformer made and its last complaint."""
     attempts = sum(1 for ln in lines if "on Attempt" in ln)
-    notes = [ln for ln in lines if any(k in ln for k in ("Error", "error", "WARNING", "Warning", "failed", "Pruned", "Not enough", "Timeout", "timed out"))]
+    notes = [
+        ln
+        for ln in lines
+        if any(
+            k in ln
+            for k in ("Error", "error", "WARNING", "Warning", "failed", "Pruned", "Not enough", "Timeout", "timed out")
+        )
+    ]
     last = notes[-1] if notes else (lines[-1] if lines else "no output")
     last = last.split(" -- ", 1)[-1][:140]
     head = f"no result in {took:.0f} s (killed)" if timed_out else f"exited {rc} after {took:.0f} s"
@@ -346,7 +417,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--recovery-reps", type=int, default=3, help="reps of each recovery case (0: skip)")
     ap.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT)
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--seed", type=int, default=None, help="the order of the cases in each rep (default: random, printed)")
+    ap.add_argument(
+        "--seed", type=int, default=None, help="the order of the cases in each rep (default: random, printed)"
+    )
     ap.add_argument("--json", help="also write every measurement (per case and host) to this file")
     args = ap.parse_args(argv)
     reps, rec_reps = (1, 1) if args.smoke else (args.reps, args.recovery_reps)
@@ -364,7 +437,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     recoveries: dict[tuple[str, int], list[float]] = {}
     probes: dict[str, str] = {}
     events: dict[str, dict[int, float]] = {}
-    with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as marker_dir, fake_tpu_cluster({common.TPU_TYPE: 2}, jobs_dir=os.path.join(marker_dir, "jobs")) as fake:
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        tempfile.TemporaryDirectory() as marker_dir,
+        fake_tpu_cluster({common.TPU_TYPE: 2}, jobs_dir=os.path.join(marker_dir, "jobs")) as fake,
+    ):
         setup = time.monotonic() - t_setup
         peers = Peers(fake, marker_dir)
         cases = [(k, 1) for k in ("raw", "fray", EFORMER) if k != EFORMER or ef] + [("raw", 2), ("fray", 2)]
@@ -379,7 +456,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     got = getattr(peers, kind)(slices, tag)
                 if kind == EFORMER:
                     peers.drain()
-                got["all_running"], got["end_to_end"] = common.gang_times(got["t0"], marker_dir, tag, slices * peers.spec.hosts, got["done"])
+                got["all_running"], got["end_to_end"] = common.gang_times(
+                    got["t0"], marker_dir, tag, slices * peers.spec.hosts, got["done"]
+                )
                 got["cpu_running"] = trace.at(got["t0"] + got["all_running"]) - trace.at(got["t0"])
                 got["cpu_done"] = trace.at(got["done"]) - trace.at(got["t0"])
                 got["markers"] = common.marker_details(marker_dir, tag)
@@ -395,7 +474,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 peers.idle()
                 probes[what] = probe_eformer(fake.address, what, marker_dir, probe_timeout)
         rec_cases = [(k, 1) for k in ("raw", "fray", EFORMER) if k != EFORMER or ef] + [("raw", 2), ("fray", 2)]
-        for i in range(rec_reps):
+        for _ in range(rec_reps):
             order = rng.sample(rec_cases, len(rec_cases))
             for kind, slices in order:
                 peers.settle()
@@ -407,8 +486,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import json
 
         with open(args.json, "w") as f:
-            json.dump({"seed": seed, "launches": order_log, "recoveries": {f"{k} {s}": v for (k, s), v in recoveries.items()}}, f, indent=1, default=str)
-    return report(launches, recoveries, probes, events, ef, reps, rec_reps, setup, load_before, load_after, ray.__version__, args.smoke, seed)
+            json.dump(
+                {
+                    "seed": seed,
+                    "launches": order_log,
+                    "recoveries": {f"{k} {s}": v for (k, s), v in recoveries.items()},
+                },
+                f,
+                indent=1,
+                default=str,
+            )
+    return report(
+        launches,
+        recoveries,
+        probes,
+        events,
+        ef,
+        reps,
+        rec_reps,
+        setup,
+        load_before,
+        load_after,
+        ray.__version__,
+        args.smoke,
+        seed,
+    )
 
 
 BLOCKS = 3
@@ -451,9 +553,11 @@ def report(
     med = common.med_p90
     print(
         f"Fray vs peers on Ray {ray_version}: emulated 2 x {common.TPU_TYPE} (2 hosts each), trivial host function; "
-        f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per recovery case; "
+        f"{reps} interleaved rep(s) per launch case{'' if smoke else ' after 1 warm-up'}, {rec_reps} per "
+        f"recovery case; "
         f"eformer {ef or 'not installed'}; case order seed={seed} (--seed)\n"
-        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; cluster start-up {setup:.1f} s (not counted)\n"
+        f"load average (1/5/15 min) {_fmt_load(load_before)} before, {_fmt_load(load_after)} after; "
+        f"cluster start-up {setup:.1f} s (not counted)\n"
         f"every case starts on an idle cluster and a quiet machine (<= {common.QUIET_BUSY:.0%} of the cores busy for "
         f"{2 * common.QUIET_WINDOW:g} s; {common.not_quiet} case(s) did not get one within {common.QUIET_TIMEOUT:g} s)"
     )
@@ -462,7 +566,10 @@ def report(
     peer_names = {"raw": "raw Ray (PG + tasks)", "fray": "fray RayCluster", EFORMER: "eformer execute_resumable"}
     for slices in (1, 2):
         for what in ("end_to_end", "all_running"):
-            label = f"{'end to end' if what == 'end_to_end' else 'launch -> all hosts running'}, {slices} slice{'s' * (slices > 1)}"
+            label = (
+                f"{'end to end' if what == 'end_to_end' else 'launch -> all hosts running'}, {slices} "
+                f"slice{'s' * (slices > 1)}"
+            )
             base = med([r[what] for r in launches[("raw", slices)]])[0]
             for kind in ("raw", "fray", EFORMER):
                 rows = launches.get((kind, slices))
@@ -472,13 +579,25 @@ def report(
                     goal = f" goal <= {GOAL:.2f} ({'met' if m / base <= GOAL else 'MISSED'})" if kind == "fray" else ""
                     blocks = f"{lo:.2f}-{hi:.2f}" if kind != "raw" and lo == lo else ""
                     print(f"{label:<50}{peer_names[kind]:<34}{m:>9.3f}{p90:>8.3f}{m / base:>7.2f}  {blocks:<11}{goal}")
-                    out["launch"][f"{kind} {slices} {what}"] = {"median": m, "p90": p90, "ratio": m / base, "blocks": (lo, hi)}
+                    out["launch"][f"{kind} {slices} {what}"] = {
+                        "median": m,
+                        "p90": p90,
+                        "ratio": m / base,
+                        "blocks": (lo, hi),
+                    }
                 elif kind == EFORMER:
-                    why = "not installed (pip install -e '.[bench]')" if not ef else probes.get("autoscale_execute_resumable", "?")
+                    why = (
+                        "not installed (pip install -e '.[bench]')"
+                        if not ef
+                        else probes.get("autoscale_execute_resumable", "?")
+                    )
                     name = "eformer autoscale_execute_resumable" if slices == 2 else peer_names[kind]
                     print(f"{label:<50}{name:<34}  {why}")
     for slices in (1, 2):
-        label = f"recovery, {slices} slice{'s' * (slices > 1)} ({'idle slice ready' if slices == 1 else 'waits for restored slice'})"
+        label = (
+            f"recovery, {slices} slice{'s' * (slices > 1)} "
+            f"({'idle slice ready' if slices == 1 else 'waits for restored slice'})"
+        )
         raw = recoveries.get(("raw", slices))
         for kind in ("raw", "fray", EFORMER):
             rows = recoveries.get((kind, slices))
@@ -491,7 +610,10 @@ def report(
                 name = "eformer autoscale_execute_resumable" if slices == 2 else peer_names[kind]
                 print(f"{label:<50}{name:<34}  {why}")
     if ef:
-        print(f"{'held session, per-call overhead':<46}{'eformer TpuRemoteManager':<34}  {probes.get('TpuRemoteManager', '?')}")
+        print(
+            f"{'held session, per-call overhead':<46}{'eformer TpuRemoteManager':<34}  "
+            f"{probes.get('TpuRemoteManager', '?')}"
+        )
     breakdown(launches, events)
     return out
 
@@ -519,8 +641,17 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
             vals = [v - r["t0"] for r in launches.get(key, []) if (v := get(r)) is not None]
             cells.append(f"{common.med_p90(vals)[0]:>10.3f}" if vals else f"{'-':>10}")
         print(f"{label:<56}" + "".join(cells))
-    reused = {k: sum(1 for s in (1, 2) for r in launches.get((k, s), []) for m in r["markers"] if m["process_start"] < r["t0"]) for k in ("raw", "fray")}
-    print(f"{'hosts that ran in a worker older than the launch (reused)':<56}" + "".join(f"{reused[k]:>10}" for k in ("raw", "fray")) + "   (raw, fray; all reps)")
+    reused = {
+        k: sum(
+            1 for s in (1, 2) for r in launches.get((k, s), []) for m in r["markers"] if m["process_start"] < r["t0"]
+        )
+        for k in ("raw", "fray")
+    }
+    print(
+        f"{'hosts that ran in a worker older than the launch (reused)':<56}"
+        + "".join(f"{reused[k]:>10}" for k in ("raw", "fray"))
+        + "   (raw, fray; all reps)"
+    )
     print("what each launch cost in CPU seconds (medians; load-independent, unlike the times above)")
     cpu_rows = [
         ("the machine (all processes), launch -> all hosts running", lambda r: [r["cpu_running"]]),
@@ -536,7 +667,10 @@ def breakdown(launches: dict[tuple[str, int], list[dict[str, Any]]], events: dic
     for kind in ("raw", "fray"):
         xs = [m["t"] - m["process_start"] for s in (1, 2) for r in launches.get((kind, s), []) for m in r["markers"]]
         if xs:
-            print(f"{f'{kind}: host process created -> its function started (per host, s)':<56}{common.med_p90(xs)[0]:>10.3f}")
+            print(
+                f"{f'{kind}: host process created -> its function started (per host, s)':<56}"
+                f"{common.med_p90(xs)[0]:>10.3f}"
+            )
 
 
 def _ev(events: dict[str, dict[int, float]], run: dict[str, Any], state: int, agg: Any) -> float | None:

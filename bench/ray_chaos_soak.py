@@ -40,16 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_ray_chaos.py", *select],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     took = time.monotonic() - t0
     jobs = [line for line in out.stdout.splitlines() if line.strip().startswith("-> ")]
     failed = re.findall(r"^FAILED (\S+)", out.stdout, re.M)
     ok = len(jobs) - len(failed)  # a failed phase test stops at its first bad job
-    print(f"chaos soak on Ray: seed {seed}, {cases} case(s) per phase, {len(jobs)} chaos job(s), {took:.0f} s (replay: FRAY_CHAOS_SEED={seed})")
+    print(
+        f"chaos soak on Ray: seed {seed}, {cases} case(s) per phase, {len(jobs)} chaos job(s), {took:.0f} "
+        f"s (replay: FRAY_CHAOS_SEED={seed})"
+    )
     for line in jobs:
         print(f"  {line.strip()}")
-    print(f"jobs holding every invariant / jobs run: {ok}/{len(jobs)} -> ratio {ok / max(1, len(jobs)):.2f} (goal 1.00)")
+    print(
+        f"jobs holding every invariant / jobs run: {ok}/{len(jobs)} -> ratio {ok / max(1, len(jobs)):.2f} (goal 1.00)"
+    )
     if out.returncode != 0:
         print(out.stdout[-4000:], file=sys.stderr)
         print(out.stderr[-2000:], file=sys.stderr)

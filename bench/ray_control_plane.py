@@ -171,7 +171,9 @@ class Head:
         raylets = [p for p in mine if "/raylet " in _cmdline(p) + " "]
         self.raylet = next(p for p in raylets if " --head " in _cmdline(p) + " ")
         # The dashboard, the autoscaler monitor and the log monitor run on the head too (children of this driver).
-        self.others = [p for p in mine if any(k in _cmdline(p) for k in ("dashboard.py", "monitor.py", "log_monitor.py"))]
+        self.others = [
+            p for p in mine if any(k in _cmdline(p) for k in ("dashboard.py", "monitor.py", "log_monitor.py"))
+        ]
 
     def pids(self) -> list[int]:
         """Every head process (not the GCS)."""
@@ -235,7 +237,12 @@ class Phantoms:
 
         spec = get_tpu_spec(PHANTOM_TYPE)
         slice_name, worker = f"phantom-{PHANTOM_TYPE}-{i // spec.hosts}", i % spec.hosts
-        resources = {"TPU": float(spec.chips_per_host), spec.accelerator_resource: 1.0, slice_name: 1.0, "memory": 16.0 * 1024**3}
+        resources = {
+            "TPU": float(spec.chips_per_host),
+            spec.accelerator_resource: 1.0,
+            slice_name: 1.0,
+            "memory": 16.0 * 1024**3,
+        }
         if worker == 0:
             resources[spec.head_resource] = 1.0
         labels = {
@@ -264,7 +271,11 @@ class Phantoms:
         t0 = time.monotonic()
         futures = []
         while self.count < n:
-            futures.append(self.stub.RegisterNode.future(gcs_service_pb2.RegisterNodeRequest(node_info=self.node(self.count)), timeout=120))
+            futures.append(
+                self.stub.RegisterNode.future(
+                    gcs_service_pb2.RegisterNodeRequest(node_info=self.node(self.count)), timeout=120
+                )
+            )
             self.count += 1
             if len(futures) >= 64:  # a bounded number in flight
                 for fut in futures:
@@ -297,7 +308,12 @@ class Meter:
         r1 = gcs_rpc_counts(self.gcs_log)
         dt = t1 - t0
         rpcs = {k: (v - r0.get(k, 0)) / (dt + 1.2) for k, v in r1.items() if v - r0.get(k, 0) > 0}
-        return {"gcs": 1000 * (c1[0] - c0[0]) / dt, "head": 1000 * (c1[1] - c0[1]) / dt, "workers": 1000 * (c1[2] - c0[2]) / dt, "rpcs": rpcs}
+        return {
+            "gcs": 1000 * (c1[0] - c0[0]) / dt,
+            "head": 1000 * (c1[1] - c0[1]) / dt,
+            "workers": 1000 * (c1[2] - c0[2]) / dt,
+            "rpcs": rpcs,
+        }
 
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -324,8 +340,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 def hold():
     import time
     time.sleep({hold})
-ray.get([hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)).remote()
-         for i in range(hosts)])
+ray.get([
+    hold.options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)
+    ).remote()
+    for i in range(hosts)
+])
 """
 
 
@@ -346,17 +366,27 @@ class Bench:
         self.phantoms = Phantoms(fake.address)
         self.body = os.path.join(tmp, "ray_job_body.py")
         with open(self.body, "w") as f:
-            f.write(RAY_JOB_BODY.format(hosts=self.spec.hosts, chips=self.spec.chips_per_host, tpu_type=TPU_TYPE, hold=HOLD_S))
+            f.write(
+                RAY_JOB_BODY.format(
+                    hosts=self.spec.hosts, chips=self.spec.chips_per_host, tpu_type=TPU_TYPE, hold=HOLD_S
+                )
+            )
 
     # -- fray and ray jobs
 
     def fray_tpu_job(self) -> str:
         from fray_core import Entrypoint, JobRequest, ResourceConfig
 
-        return self.fake.cluster.launch(JobRequest(name="cp-tpu", entrypoint=Entrypoint(callable=hold), resources=ResourceConfig.with_tpu(TPU_TYPE)))
+        return self.fake.cluster.launch(
+            JobRequest(name="cp-tpu", entrypoint=Entrypoint(callable=hold), resources=ResourceConfig.with_tpu(TPU_TYPE))
+        )
 
     def fray_running(self, job_id: str, timeout: float = 180.0) -> None:
-        common.wait_for(lambda: any(a.hosts_started_at is not None for a in self.fake.cluster.poll(job_id).attempts), timeout, f"{job_id}'s hosts")
+        common.wait_for(
+            lambda: any(a.hosts_started_at is not None for a in self.fake.cluster.poll(job_id).attempts),
+            timeout,
+            f"{job_id}'s hosts",
+        )
 
     def fray_stop(self, job_ids: list[str]) -> None:
         for j in job_ids:
@@ -368,7 +398,6 @@ class Bench:
 
     def ray_running(self, sub_id: str, timeout: float = 180.0) -> None:
         """Until the job's placement group is ready and its host tasks run (the slice's TPUs are taken)."""
-        import ray
 
         def taken() -> bool:
             status = self.jobs.get_job_status(sub_id)
@@ -384,7 +413,9 @@ class Bench:
                 self.jobs.stop_job(s)
         for s in sub_ids:
             with contextlib.suppress(Exception):
-                common.wait_for(lambda s=s: self.jobs.get_job_status(s).is_terminal(), timeout, f"Ray job {s} to stop", step=0.2)
+                common.wait_for(
+                    lambda s=s: self.jobs.get_job_status(s).is_terminal(), timeout, f"Ray job {s} to stop", step=0.2
+                )
 
     def real_tpu_free(self) -> float:
         """Free TPU chips on the real slice's nodes (the phantoms' chips always look free)."""
@@ -449,12 +480,26 @@ class Bench:
             before = self.head.memory()
             ids: list[str] = []
             if who == "fray":
-                req = JobRequest(name="cp-mem", entrypoint=Entrypoint(callable=nap, function_args={"seconds": hold_s}), resources=ResourceConfig.with_cpu(cpu=0))
+                req = JobRequest(
+                    name="cp-mem",
+                    entrypoint=Entrypoint(callable=nap, function_args={"seconds": hold_s}),
+                    resources=ResourceConfig.with_cpu(cpu=0),
+                )
                 ids = [self.fake.cluster.launch(req) for _ in range(count)]
-                common.wait_for(lambda: all(self.fake.cluster.poll(j).status.value == "RUNNING" for j in ids), 180, f"{count} Fray jobs running", step=0.5)
+                common.wait_for(
+                    lambda ids=ids: all(self.fake.cluster.poll(j).status.value == "RUNNING" for j in ids),
+                    180,
+                    f"{count} Fray jobs running",
+                    step=0.5,
+                )
             else:
                 ids = [self.ray_job(f"{sys.executable} -c 'import time; time.sleep({hold_s})'") for _ in range(count)]
-                common.wait_for(lambda: all(self.jobs.get_job_status(s).value == "RUNNING" for s in ids), 180, f"{count} Ray jobs running", step=0.5)
+                common.wait_for(
+                    lambda ids=ids: all(self.jobs.get_job_status(s).value == "RUNNING" for s in ids),
+                    180,
+                    f"{count} Ray jobs running",
+                    step=0.5,
+                )
             time.sleep(3.0)  # start-up allocations settle
             after = self.head.memory()
             new = {p: v for p, v in after.items() if p not in before}
@@ -541,44 +586,81 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
             print(f"{r['n']:>6} {case:<14} {d['gcs']:>9.1f} {d['head']:>10.1f} {d['workers']:>17.1f}  {rpcs}")
     print(f"\n{'hosts':>6} {'registered in':>14} {'ray.nodes() s':>14} {'idle GCS ms/s':>14} {'idle head ms/s':>15}")
     for r in cpu:
-        print(f"{r['n']:>6} {r['register_s']:>13.1f}s {r['ray_nodes_s']:>14.2f} {r['base']['gcs']:>14.1f} {r['base']['head']:>15.1f}")
+        print(
+            f"{r['n']:>6} {r['register_s']:>13.1f}s {r['ray_nodes_s']:>14.2f} {r['base']['gcs']:>14.1f} "
+            f"{r['base']['head']:>15.1f}"
+        )
     print("\nratio Fray / Ray job submission, per job (GCS; head):")
     for r in cpu:
         for kind in ("queued", "running"):
             f, g = r[f"fray_{kind}"], r[f"ray_{kind}"]
-            print(f"  {r['n']:>6} hosts, {kind:<8} GCS {f['gcs']:.1f} / {g['gcs']:.1f} = {f['gcs'] / max(0.1, g['gcs']):.1f}x; head {f['head']:.1f} / {g['head']:.1f} = {f['head'] / max(0.1, g['head']):.1f}x")
+            print(
+                f"  {r['n']:>6} hosts, {kind:<8} GCS {f['gcs']:.1f} / {g['gcs']:.1f} = "
+                f"{f['gcs'] / max(0.1, g['gcs']):.1f}x; head {f['head']:.1f} / {g['head']:.1f} = "
+                f"{f['head'] / max(0.1, g['head']):.1f}x"
+            )
     if mem:
         print(f"\nHead memory per concurrent job ({mem['count']} concurrent each; MB)")
-        print(f"{'':<22} {'PSS':>8} {'private':>8} {'supervisor PSS':>15} {'supervisor private':>19} {'rest PSS':>9} {'processes':>10}")
+        print(
+            f"{'':<22} {'PSS':>8} {'private':>8} {'supervisor PSS':>15} {'supervisor private':>19} "
+            f"{'rest PSS':>9} {'processes':>10}"
+        )
         for who, label in (("fray", "Fray"), ("ray", "Ray job submission")):
             m = mem[who]
-            print(f"{label:<22} {m['pss']:>8.1f} {m['private']:>8.1f} {m['supervisor_pss']:>15.1f} {m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f}")
+            print(
+                f"{label:<22} {m['pss']:>8.1f} {m['private']:>8.1f} {m['supervisor_pss']:>15.1f} "
+                f"{m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f}"
+            )
         print(f"ratio Fray / Ray job submission (PSS per job): {mem['fray']['pss'] / max(0.1, mem['ray']['pss']):.2f}")
     if tp:
         print(f"\nThroughput: {tp['count']} small CPU jobs launched back to back, until all SUCCEEDED")
-        print(f"  raw Ray tasks {tp['raw']:.1f} s; Fray {tp['fray']:.1f} s (median launch {tp['launch_ms']:.1f} ms); Ray job submission {tp['ray_jobs']:.1f} s (submit {tp['submit_ms']:.1f} ms each)")
-        print(f"  ratio Fray / raw Ray {tp['fray'] / tp['raw']:.2f}; Fray / Ray job submission {tp['fray'] / tp['ray_jobs']:.2f}")
+        print(
+            f"  raw Ray tasks {tp['raw']:.1f} s; Fray {tp['fray']:.1f} s (median launch "
+            f"{tp['launch_ms']:.1f} ms); Ray job submission {tp['ray_jobs']:.1f} s (submit "
+            f"{tp['submit_ms']:.1f} ms each)"
+        )
+        print(
+            f"  ratio Fray / raw Ray {tp['fray'] / tp['raw']:.2f}; Fray / Ray job submission "
+            f"{tp['fray'] / tp['ray_jobs']:.2f}"
+        )
     print("\nGoals (issue 29):")
     if cpu:
         big, small = cpu[-1], cpu[0]
         for kind in ("queued", "running"):
             d = big[f"fray_{kind}"]
-            print(f"  per {kind} job at {big['n']} hosts: GCS {d['gcs']:.1f} ms/s <= {GOAL_GCS_MS}: {_met(d['gcs'] <= GOAL_GCS_MS)}; head {d['head']:.1f} ms/s <= {GOAL_HEAD_MS}: {_met(d['head'] <= GOAL_HEAD_MS)}")
+            print(
+                f"  per {kind} job at {big['n']} hosts: GCS {d['gcs']:.1f} ms/s <= {GOAL_GCS_MS}: "
+                f"{_met(d['gcs'] <= GOAL_GCS_MS)}; head {d['head']:.1f} ms/s <= {GOAL_HEAD_MS}: "
+                f"{_met(d['head'] <= GOAL_HEAD_MS)}"
+            )
         if len(cpu) > 1:
             for kind in ("queued", "running"):
                 for what in ("gcs", "head"):
                     a, b = small[f"fray_{kind}"][what], big[f"fray_{kind}"][what]
                     same = abs(b - a) <= max(NOISE_MS, NOISE_SHARE * max(abs(a), abs(b)))
-                    print(f"  per {kind} job {what.upper() if what == 'gcs' else what} cost independent of size: {small['n']} hosts {a:.1f}, {big['n']} hosts {b:.1f} ms/s: {_met(same)}")
+                    print(
+                        f"  per {kind} job {what.upper() if what == 'gcs' else what} cost independent of "
+                        f"size: {small['n']} hosts {a:.1f}, {big['n']} hosts {b:.1f} ms/s: {_met(same)}"
+                    )
         else:
             print("  per-job cost independent of size: not measured (one size; pass --hosts A B)")
     if mem:
         share = mem["fray"]["pss"] / max(0.1, mem["ray"]["pss"])
-        print(f"  head memory per job: Fray {mem['fray']['pss']:.0f} MB / Ray job submission {mem['ray']['pss']:.0f} MB = {share:.2f} <= {GOAL_MEMORY_SHARE}: {_met(share <= GOAL_MEMORY_SHARE)}")
+        print(
+            f"  head memory per job: Fray {mem['fray']['pss']:.0f} MB / Ray job submission "
+            f"{mem['ray']['pss']:.0f} MB = {share:.2f} <= {GOAL_MEMORY_SHARE}: "
+            f"{_met(share <= GOAL_MEMORY_SHARE)}"
+        )
     if tp:
         ratio = tp["fray"] / tp["raw"]
-        print(f"  throughput: Fray / raw Ray {ratio:.2f} <= {GOAL_THROUGHPUT}: {_met(ratio <= GOAL_THROUGHPUT)}; faster than Ray job submission ({tp['fray']:.1f} s vs {tp['ray_jobs']:.1f} s): {_met(tp['fray'] < tp['ray_jobs'])}")
-        print(f"  launch median {tp['launch_ms']:.1f} ms <= {GOAL_LAUNCH_MS}: {_met(tp['launch_ms'] <= GOAL_LAUNCH_MS)}")
+        print(
+            f"  throughput: Fray / raw Ray {ratio:.2f} <= {GOAL_THROUGHPUT}: "
+            f"{_met(ratio <= GOAL_THROUGHPUT)}; faster than Ray job submission ({tp['fray']:.1f} s vs "
+            f"{tp['ray_jobs']:.1f} s): {_met(tp['fray'] < tp['ray_jobs'])}"
+        )
+        print(
+            f"  launch median {tp['launch_ms']:.1f} ms <= {GOAL_LAUNCH_MS}: {_met(tp['launch_ms'] <= GOAL_LAUNCH_MS)}"
+        )
 
 
 @contextlib.contextmanager
@@ -601,7 +683,9 @@ def emulated_cluster() -> Iterator[Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI): 64 hosts, 1 s windows, 2 + 4 jobs")
-    ap.add_argument("--hosts", type=int, nargs="+", default=[1000], help="phantom host counts, ascending (default 1000)")
+    ap.add_argument(
+        "--hosts", type=int, nargs="+", default=[1000], help="phantom host counts, ascending (default 1000)"
+    )
     ap.add_argument("--window", type=float, default=10.0, help="seconds of each CPU window")
     ap.add_argument("--concurrent", type=int, default=50, help="concurrent jobs of each kind for head memory (0: skip)")
     ap.add_argument("--jobs", type=int, default=200, help="jobs of each kind for throughput (0: skip)")
@@ -609,7 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.hosts, args.window, args.concurrent, args.jobs = [64], 1.0, 2, 4
     if sorted(args.hosts) != args.hosts or any(n % PHANTOM_HOSTS_PER_SLICE or n < 0 for n in args.hosts):
-        ap.error(f"--hosts: ascending multiples of {PHANTOM_HOSTS_PER_SLICE} (whole {PHANTOM_TYPE} slices), got {args.hosts}")
+        ap.error(
+            f"--hosts: ascending multiples of {PHANTOM_HOSTS_PER_SLICE} (whole {PHANTOM_TYPE} slices), got {args.hosts}"
+        )
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # job bodies travel by value
     load0 = os.getloadavg()
     t_start = time.monotonic()
@@ -628,10 +714,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{n} hosts done at {time.monotonic() - t_start:.0f} s]", file=sys.stderr, flush=True)
         finally:
             bench.phantoms.close()
-    print(f"Ray control plane per Fray job vs Ray job submission (emulated cluster: head + 1 x {TPU_TYPE}, plus phantom {PHANTOM_TYPE} hosts)")
+    print(
+        f"Ray control plane per Fray job vs Ray job submission (emulated cluster: head + 1 x {TPU_TYPE}, "
+        f"plus phantom {PHANTOM_TYPE} hosts)"
+    )
     report(cpu, mem, tp)
     load1 = os.getloadavg()
-    print(f"\n{time.monotonic() - t_start:.0f} s; load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load0)} before, {'/'.join(f'{x:.1f}' for x in load1)} after")
+    print(
+        f"\n{time.monotonic() - t_start:.0f} s; load average (1/5/15 min) "
+        f"{'/'.join(f'{x:.1f}' for x in load0)} before, {'/'.join(f'{x:.1f}' for x in load1)} after"
+    )
     return 0
 
 

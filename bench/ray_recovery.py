@@ -9,10 +9,11 @@ starts joining at once).
 
 - fray: a 2-slice job whose attempt-0 hosts hold (sleep). Timed from the moment the removal starts to the
   moment the last of the 4 hosts of the next attempt has started (the "all hosts running" end of THE
-  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the surviving slice and the restored
-  one. That figure INCLUDES: Ray noticing the lost hosts, the runner cancelling the survivors and releasing
-  both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING FOR THE RESTORED SLICE TO JOIN (the
-  emulated restore starts 2 raylets on this machine), the two-phase reservation and the host start.
+  gang-launch measure of ``_ray_common.py``, started at the removal instead of a launch call), on the
+  surviving slice and the restored one. That figure INCLUDES: Ray noticing the lost hosts, the runner
+  cancelling the survivors and releasing both slices, the backoff (0.2 s in ``FAST_RAY_POLICY``), WAITING
+  FOR THE RESTORED SLICE TO JOIN (the emulated restore starts 2 raylets on this machine), the two-phase
+  reservation and the host start.
   Also shown: when attempt 0 was recorded PREEMPTED (fray's detection).
 - fray, lost before host start: the same 2-slice job, but a slice is removed the moment ``poll()`` first
   names attempt 0's slices (reserved, hosts not started: their tasks never fail, they wait for nodes that
@@ -29,8 +30,9 @@ starts joining at once).
   slice: removal start -> its 4 hosts running (the like-for-like figure for fray's recovery; both pay for
   cold worker processes on the new nodes, which neither "detection" nor "join" contains).
 
-Goal: fray recovery <= detection + 1 s + join (medians); the ratio to the hand-written recovery is shown too. Every run starts on a settled cluster: removed
-nodes marked dead by Ray and every chip free (waiting for that is not timed).
+Goal: fray recovery <= detection + 1 s + join (medians); the ratio to the hand-written recovery is shown
+too. Every run starts on a settled cluster: removed nodes marked dead by Ray and every chip free (waiting
+for that is not timed).
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def fray_run(fake: Any, spec: Any, marker_dir: str, tag: str) -> dict[str, float
         max_retries_preemption=5,
     )
     job_id = fake.cluster.launch(request)
+
     def attempt0() -> list[Any] | None:
         got = [m for m in common.markers(marker_dir, tag) if m[2] == "0"]
         return got if len(got) >= 2 * spec.hosts else None
@@ -136,7 +139,9 @@ def fray_run(fake: Any, spec: Any, marker_dir: str, tag: str) -> dict[str, float
     fake.preempt(victim, restore_after=0.0)
     removed = time.time() - t0
 
-    starts = wait_for(lambda: next_attempt_starts(marker_dir, tag, 2 * spec.hosts), 300, "all hosts of the next attempt")
+    starts = wait_for(
+        lambda: next_attempt_starts(marker_dir, tag, 2 * spec.hosts), 300, "all hosts of the next attempt"
+    )
     info = fake.cluster.wait(job_id, timeout=300, raise_on_failure=True)
     joined = watch.wait()
     slices = {m[0] for m in common.markers(marker_dir, tag) if m[2] != "0"}
@@ -173,12 +178,19 @@ def fray_prestart_run(fake: Any, spec: Any, marker_dir: str, tag: str) -> dict[s
     dead = {}
 
     def watch_dead() -> None:
-        wait_for(lambda: not nodes & {n["NodeID"] for n in ray.nodes() if n.get("Alive")}, 300, "the removed nodes marked dead", step=0.05)
+        wait_for(
+            lambda: not nodes & {n["NodeID"] for n in ray.nodes() if n.get("Alive")},
+            300,
+            "the removed nodes marked dead",
+            step=0.05,
+        )
         dead["t"] = time.time()
 
     watcher = threading.Thread(target=watch_dead, daemon=True)
     watcher.start()
-    starts = wait_for(lambda: next_attempt_starts(marker_dir, tag, 2 * spec.hosts), 300, "all hosts of the next attempt")
+    starts = wait_for(
+        lambda: next_attempt_starts(marker_dir, tag, 2 * spec.hosts), 300, "all hosts of the next attempt"
+    )
     info = fake.cluster.wait(job_id, timeout=300, raise_on_failure=True)
     joined = watch.wait()
     watcher.join(300)
@@ -287,7 +299,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_setup = time.monotonic()
     # Ray prints the cluster's log lines (raylet deaths...) to this process's stdout: send them to stderr,
     # so stdout carries only the table.
-    with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as marker_dir, fake_tpu_cluster({spec.name: 2}, jobs_dir=os.path.join(marker_dir, "jobs")) as fake:
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        tempfile.TemporaryDirectory() as marker_dir,
+        fake_tpu_cluster({spec.name: 2}, jobs_dir=os.path.join(marker_dir, "jobs")) as fake,
+    ):
         setup = time.monotonic() - t_setup
         for i in range(runs):
             for kind in ("fray", "baseline", "prestart") if i % 2 == 0 else ("prestart", "baseline", "fray"):
@@ -341,9 +357,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(
         f"goal (lost before host start): fray recovery <= nodes marked dead + 1 s + join = {pre_goal:.2f} s -> ratio "
-        f"{pre_rec / pre_goal:.2f} ({'met' if pre_rec <= pre_goal else 'MISSED'}); attempt 0's cause: {pre[0]['cause']!r}"
+        f"{pre_rec / pre_goal:.2f} ({'met' if pre_rec <= pre_goal else 'MISSED'}); attempt 0's cause: "
+        f"{pre[0]['cause']!r}"
     )
-    return {"recovery": rec, "prestart_recovery": pre_rec, "prestart_ratio": pre_rec / pre_goal, "hand_written": hand, "detection": det, "join": join, "fray_detected": det_f, "ratio": rec / goal}
+    return {
+        "recovery": rec,
+        "prestart_recovery": pre_rec,
+        "prestart_ratio": pre_rec / pre_goal,
+        "hand_written": hand,
+        "detection": det,
+        "join": join,
+        "fray_detected": det_f,
+        "ratio": rec / goal,
+    }
 
 
 if __name__ == "__main__":

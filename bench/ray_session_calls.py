@@ -1,7 +1,7 @@
 """Held session calls on the emulated Ray cluster: ``session_calls.py --backend ray`` (see its docstring).
 
-    python bench/ray_session_calls.py            # 200 session calls and raw broadcasts, 10 fresh jobs
-    python bench/ray_session_calls.py --smoke    # 10 / 2 (CI keeps the script working)
+python bench/ray_session_calls.py            # 200 session calls and raw broadcasts, 10 fresh jobs
+python bench/ray_session_calls.py --smoke    # 10 / 2 (CI keeps the script working)
 """
 
 from __future__ import annotations

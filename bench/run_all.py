@@ -30,7 +30,11 @@ SCRIPTS = [  # (script, what it measures, needs ray); the first is the headline 
     ("session_calls.py", "Held session calls vs fresh launches (local)", False),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
     ("ray_session_calls.py", "Held session calls on Ray vs fresh launches and raw Ray tasks", True),
-    ("ray_control_plane.py", "The Ray control plane per job at fleet scale (phantom nodes) vs Ray job submission", True),
+    (
+        "ray_control_plane.py",
+        "The Ray control plane per job at fleet scale (phantom nodes) vs Ray job submission",
+        True,
+    ),
 ]
 
 
@@ -54,9 +58,11 @@ def machine() -> str:
 
 def append_notes(sections: list[tuple[str, str, str, float]], total: float, load: str) -> None:
     """Append this run's goal lines (met / MISSED) to bench/NOTES.md, under the hand-written analysis."""
-    lines = [f"", f"### Run of {datetime.datetime.now().isoformat(timespec='minutes')} ({total:.0f} s; {load})", ""]
+    lines = ["", f"### Run of {datetime.datetime.now().isoformat(timespec='minutes')} ({total:.0f} s; {load})", ""]
     for _title, script, text, _dt in sections:
-        goals = [ln.strip() for ln in text.splitlines() if ("goal" in ln or "<=" in ln) and ("met" in ln or "MISSED" in ln)]
+        goals = [
+            ln.strip() for ln in text.splitlines() if ("goal" in ln or "<=" in ln) and ("met" in ln or "MISSED" in ln)
+        ]
         lines += [f"- `{script}`: {g}" for g in goals] or [f"- `{script}`: (no goal line)"]
     path = HERE / "NOTES.md"
     old = path.read_text() if path.exists() else "# Benchmark notes\n"
@@ -88,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {script} ({dt:.1f} s)\n{text}\n", flush=True)
         sections.append((title, script, text, dt))
     total, load_after = time.perf_counter() - t_all, os.getloadavg()
-    load = f"load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} before, " + "/".join(f"{x:.1f}" for x in load_after) + " after"
+    load = (
+        f"load average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in load_before)} before, "
+        + "/".join(f"{x:.1f}" for x in load_after)
+        + " after"
+    )
     print(f"all benchmarks: {total:.0f} s; {load}")
     if not args.smoke:
         append_notes(sections, total, load)
@@ -99,11 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Measured {datetime.date.today().isoformat()} by `python bench/run_all.py` on: {machine()}.",
             "Every figure is a ratio against a baseline measured in the same run; no timing is asserted in tests",
-            "(CI runs each script with `--smoke`; peers_ray.py without the `bench` extra reports eformer as not installed).",
-            "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or one table with",
+            "(CI runs each script with `--smoke`; peers_ray.py without the `bench` extra reports eformer "
+            "as not installed).",
+            "Reproduce: `pip install -e '.[ray,bench]' && python bench/run_all.py` (all of this file), or "
+            "one table with",
             "`python bench/<script>.py` (e.g. `python bench/peers_ray.py` for the headline table).",
             f"All scripts took {total:.0f} s; {load}. Timings of the Ray and local-backend figures move with",
-            "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says which are noisy.",
+            "the machine's load (2 cores, shared): read the ratios, not the seconds; bench/NOTES.md says "
+            "which are noisy.",
             "",
         ]
         for title, script, text, dt in sections:

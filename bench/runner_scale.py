@@ -281,7 +281,9 @@ def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_child(args: argparse.Namespace, size: dict[str, int], *, trace: bool = False, profile: str | None = None) -> dict[str, Any]:
+def run_child(
+    args: argparse.Namespace, size: dict[str, int], *, trace: bool = False, profile: str | None = None
+) -> dict[str, Any]:
     """One size in a fresh interpreter (``size``: the options that set it, e.g. ``{"slices": 100}``)."""
     cmd = [sys.executable, __file__, "--child", "--case", args.case, "--gc", args.gc]
     for key, value in size.items():
@@ -331,10 +333,14 @@ def summary(rows: dict[str, list[dict[str, Any]]], work_key: str, big: str = "bi
 def print_scaling(sm: dict[str, Any], what: str) -> None:
     lo, hi = sm["ratio_range"]
     work, tr = sm["work"], sm["ratio"]
-    print(f"work ratio ({what}) {work:.1f}x; time ratio (median CPU) {tr:.2f}x, pairs {lo:.2f}-{hi:.2f}x, "
-          f"fastest {sm['ratio_min']:.2f}x, wall {sm['ratio_wall']:.2f}x; outside the collector {sm['ratio_nogc']:.2f}x")
-    print(f"goal ({what}): time ratio <= 1.1 x work ratio = {1.1 * work:.1f}x -> {tr:.2f}x "
-          f"({'met' if tr <= 1.1 * work else 'MISSED'})")
+    print(
+        f"work ratio ({what}) {work:.1f}x; time ratio (median CPU) {tr:.2f}x, pairs {lo:.2f}-{hi:.2f}x, "
+        f"fastest {sm['ratio_min']:.2f}x, wall {sm['ratio_wall']:.2f}x; outside the collector {sm['ratio_nogc']:.2f}x"
+    )
+    print(
+        f"goal ({what}): time ratio <= 1.1 x work ratio = {1.1 * work:.1f}x -> {tr:.2f}x "
+        f"({'met' if tr <= 1.1 * work else 'MISSED'})"
+    )
 
 
 def load() -> str:
@@ -347,13 +353,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--slices", type=int, default=1000)
     ap.add_argument("--preemptions", type=int, default=10_000)
     ap.add_argument("--per-attempt", type=int, default=1000, help="slices lost per storm (attempt)")
-    ap.add_argument("--repeats", type=int, default=5, help="fresh interpreters per size, interleaved; medians are shown")
-    ap.add_argument("--gc", choices=["on", "off", "freeze"], default="on",
-                    help="the cyclic collector during the runs: on (default), off, or freeze (start-up heap frozen)")
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="fresh interpreters per size, interleaved; medians are shown"
+    )
+    ap.add_argument(
+        "--gc",
+        choices=["on", "off", "freeze"],
+        default="on",
+        help="the cyclic collector during the runs: on (default), off, or freeze (start-up heap frozen)",
+    )
     ap.add_argument("--profile", help="write a cProfile of one full-size run to this file")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--case", choices=["storm", "fleet-queue"], default="storm",
-                    help="storm: one job over every slice (default); fleet-queue: many jobs in the fleet's queue")
+    ap.add_argument(
+        "--case",
+        choices=["storm", "fleet-queue"],
+        default="storm",
+        help="storm: one job over every slice (default); fleet-queue: many jobs in the fleet's queue",
+    )
     ap.add_argument("--jobs", type=int, default=1000, help="fleet-queue: jobs (over --slices slices)")
     ap.add_argument("--seeds", type=int, default=1, help=argparse.SUPPRESS)  # fleet-queue child: queues per run
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -365,7 +381,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.case == "fleet-queue":
         return queue_main(args)
     if args.smoke:
-        queue_main(argparse.Namespace(**{**vars(args), "case": "fleet-queue", "jobs": 100, "slices": 100, "repeats": 1}))
+        queue_main(
+            argparse.Namespace(**{**vars(args), "case": "fleet-queue", "jobs": 100, "slices": 100, "repeats": 1})
+        )
         args.slices, args.preemptions, args.per_attempt, args.repeats = 20, 200, 20, 1
     big = {"slices": args.slices, "preemptions": args.preemptions, "per_attempt": args.per_attempt}
     small = {k: max(1, v // 10) for k, v in big.items()}
@@ -382,8 +400,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"storms of slice preemptions (every slice of the job in each attempt); medians of {args.repeats} fresh\n"
         f"interpreter(s) per size, interleaved; collector {args.gc}; load average {load_before} before, {load()} after"
     )
-    print(f"{'size':<28}{'hosts':>7}{'attempts':>9}{'host runs':>11}{'preempt.':>9}{'wall s':>8}{'CPU s':>8}{'ratio':>7}"
-          f"{'in gc s':>8}{'full gc':>8}{'traced MB':>10}{'maxrss MB':>10}")  # fmt: skip
+    print(
+        f"{'size':<28}{'hosts':>7}{'attempts':>9}{'host runs':>11}{'preempt.':>9}{'wall s':>8}{'CPU s':>8}"
+        f"{'ratio':>7}{'in gc s':>8}{'full gc':>8}{'traced MB':>10}{'maxrss MB':>10}"
+    )
     for label, r in (("1/10 size (baseline)", s), ("full size", b), ("1/10 size, 10x preemptions", lg)):
         print(
             f"{label:<28}{r['hosts']:>7}{r['attempts']:>9}{r['host_runs']:>11}{r['preemptions']:>9}{r['seconds']:>8.3f}"
@@ -394,7 +414,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_scaling(sl, "host runs, ~10x the attempts")
     mb = max(b["traced_peak_mb"], b["maxrss_mb"])
     print(
-        f"goal full size: < 2 s -> {b['seconds']:.2f} s wall, {b['cpu']:.2f} s CPU ({'met' if b['seconds'] < 2 else 'MISSED'}); "
+        f"goal full size: < 2 s -> {b['seconds']:.2f} s wall, {b['cpu']:.2f} s CPU "
+        f"({'met' if b['seconds'] < 2 else 'MISSED'}); "
         f"< 300 MB -> {mb:.0f} MB ({'met' if mb < 300 else 'MISSED'})"
     )
     if args.profile:
@@ -425,12 +446,15 @@ def queue_main(args: argparse.Namespace) -> dict[str, Any]:
     for label, r in (("1/10 size (baseline)", s), ("full size", b)):
         print(
             f"{label:<22}{r['jobs']:>6}{r['slices']:>7}{r['starts']:>8g}{r['preempted']:>9g}{r['device_failures']:>9g}"
-            f"{r['seconds']:>8.4f}{r['cpu']:>8.4f}{r['cpu'] / s['cpu']:>7.2f}{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
+            f"{r['seconds']:>8.4f}{r['cpu']:>8.4f}{r['cpu'] / s['cpu']:>7.2f}"
+            f"{r['traced_peak_mb']:>10.1f}{r['maxrss_mb']:>10.1f}"
         )
     print_scaling(sm, "starts")
     mb = max(b["traced_peak_mb"], b["maxrss_mb"])
-    print(f"goal full size: < 5 s -> {b['seconds']:.2f} s ({'met' if b['seconds'] < 5 else 'MISSED'}); "
-          f"< 500 MB -> {mb:.0f} MB ({'met' if mb < 500 else 'MISSED'})")
+    print(
+        f"goal full size: < 5 s -> {b['seconds']:.2f} s ({'met' if b['seconds'] < 5 else 'MISSED'}); "
+        f"< 500 MB -> {mb:.0f} MB ({'met' if mb < 500 else 'MISSED'})"
+    )
     return sm
 
 

@@ -34,7 +34,9 @@ def fresh_launches(cluster: Any, resources: ResourceConfig, jobs: int) -> list[f
     out = []
     for i in range(jobs):
         t0 = time.perf_counter()
-        job_id = cluster.launch(JobRequest(name=f"fresh{i}", entrypoint=Entrypoint(callable=trivial), resources=resources))
+        job_id = cluster.launch(
+            JobRequest(name=f"fresh{i}", entrypoint=Entrypoint(callable=trivial), resources=resources)
+        )
         info = cluster.wait(job_id, timeout=300)
         out.append(time.perf_counter() - t0)
         assert info.status is JobStatus.SUCCEEDED and info.result == [1, 1, 1, 1]
@@ -107,9 +109,11 @@ def ray_main(calls: int, jobs: int) -> dict[str, float]:
     resources = ResourceConfig.with_tpu("v4-16", slice_count=2)
     raw_task = ray.remote(num_cpus=0)(trivial)
     # Ray prints the cluster's log lines to this process's stdout: send them to stderr (stdout: the table only)
-    with contextlib.redirect_stdout(sys.stderr), tempfile.TemporaryDirectory() as d, fake_tpu_cluster(
-        {"v4-16": 2}, jobs_dir=os.path.join(d, "jobs")
-    ) as fake:
+    with (
+        contextlib.redirect_stdout(sys.stderr),
+        tempfile.TemporaryDirectory() as d,
+        fake_tpu_cluster({"v4-16": 2}, jobs_dir=os.path.join(d, "jobs")) as fake,
+    ):
         cluster = fake.cluster
         held: list[float] = []
         raw: list[float] = []
@@ -117,7 +121,11 @@ def ray_main(calls: int, jobs: int) -> dict[str, float]:
             pgs = _session_groups(session.job_id)
             assert len(pgs) == 2, pgs
             tasks = [
-                raw_task.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=h))
+                raw_task.options(
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=pg, placement_group_bundle_index=h
+                    )
+                )
                 for pg in pgs
                 for h in range(hosts)
             ]
@@ -125,13 +133,18 @@ def ray_main(calls: int, jobs: int) -> dict[str, float]:
             for i in range(calls):
                 for kind in ("session", "raw") if i % 2 else ("raw", "session"):  # alternate who goes first
                     t0 = time.perf_counter()
-                    out = session.run(trivial) if kind == "session" else ray.get([t.remote() for t in tasks], timeout=60)
+                    out = (
+                        session.run(trivial) if kind == "session" else ray.get([t.remote() for t in tasks], timeout=60)
+                    )
                     (held if kind == "session" else raw).append(time.perf_counter() - t0)
                     assert out == [1, 1, 1, 1]
         fresh = fresh_launches(cluster, resources, jobs)
     f, (h, h90), (r, r90) = statistics.median(fresh), med_p90(held), med_p90(raw)
-    print(f"held session on Ray {ray.__version__}, emulated 2 x v4-16 (4 host workers): per call, {calls} session calls and "
-          f"{calls} raw broadcasts interleaved, then {jobs} fresh jobs")
+    print(
+        f"held session on Ray {ray.__version__}, emulated 2 x v4-16 (4 host workers): per call, {calls} "
+        f"session calls and "
+        f"{calls} raw broadcasts interleaved, then {jobs} fresh jobs"
+    )
     print(f"{'':<44}{'median s':>10}{'p90 s':>8}{'ratio':>8}")
     print(f"{'launch + wait (fresh job)':<44}{f:>10.4f}{max(fresh):>8.3f}{1.0:>8.2f}")
     print(f"{'raw Ray tasks on the held placement groups':<44}{r:>10.4f}{r90:>8.4f}{r / f:>8.3f}")

@@ -20,7 +20,9 @@ def train(steps: int) -> str:
     """Stands in for a multislice training step loop."""
     slice_id, host = os.environ["MEGASCALE_SLICE_ID"], os.environ["TPU_WORKER_ID"]
     for step in range(steps):
-        print(f"step {step} on slice {slice_id} host {host} (coordinator {os.environ['MEGASCALE_COORDINATOR_ADDRESS']})")
+        print(
+            f"step {step} on slice {slice_id} host {host} (coordinator {os.environ['MEGASCALE_COORDINATOR_ADDRESS']})"
+        )
         time.sleep(0.3)
     return f"slice {slice_id} host {host}: done {steps} steps"
 

@@ -13,8 +13,9 @@ This package never imports ray.
 
 from __future__ import annotations
 
-from fray_core._lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from fray_core._lazy import lazy_exports
 
 # Submodules load on first use (PEP 562), so `import fray_core` costs almost nothing and never imports ray.
 _LAZY: dict[str, str] = {
@@ -74,19 +75,19 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from fray_core.cluster import (
         Cluster,
+        LoggingMonitorView,
         cluster_from_spec,
+        create_job_ctx,
         current_cluster,
         fray_job_ctx,
+        get_default_job_ctx,
         parse_spec,
         register_backend,
         set_current_cluster,
         using_cluster,
     )
-    from fray_core.cluster import LoggingMonitorView, create_job_ctx, get_default_job_ctx
     from fray_core.context import JobContext, SyncContext, ThreadContext, fray_default_job_ctx
-    from fray_core.types import TaskStatus
     from fray_core.decorator import JobFunction, job
-    from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.errors import (
         FrayError,
         HostPreempted,
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
         WaitTimeoutError,
     )
     from fray_core.hostapi import heartbeat, preemption_notice
+    from fray_core.session import RemoteCallError, Session, worker_state
     from fray_core.tpu import TPU_CATALOG, TpuSpec, get_tpu_spec, tpu_types
     from fray_core.types import (
         Attempt,
@@ -106,13 +108,14 @@ if TYPE_CHECKING:
         ElasticConfig,
         Entrypoint,
         EnvironmentConfig,
-        GpuConfig,
         Goodput,
+        GpuConfig,
         JobId,
         JobInfo,
         JobRequest,
         JobStatus,
         ResourceConfig,
+        TaskStatus,
         TpuConfig,
         create_environment,
         parse_size,
@@ -171,7 +174,6 @@ __all__ = [
     "using_cluster",
     "worker_state",
 ]
-
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -9,10 +9,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 
-def lazy_exports(package: str, exports: dict[str, str], public: Iterable[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(
+    package: str, exports: dict[str, str], public: Iterable[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``, whose name ``n`` lives in module ``exports[n]``.
 
-    >>> __getattr__, __dir__ = lazy_exports(__name__, {"LocalCluster": "fray_local.cluster"}, ["LocalCluster"])  # doctest: +SKIP
+    >>> __getattr__, __dir__ = lazy_exports(  # doctest: +SKIP
+    ...     __name__, {"LocalCluster": "fray_local.cluster"}, ["LocalCluster"]
+    ... )
     """
     namespace = sys.modules[package].__dict__
     names = sorted(public)

@@ -139,5 +139,3 @@ class FakeClock:
         while heap and heap[0][2] is None:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
-
-

@@ -351,7 +351,7 @@ class LoggingMonitorView(MonitorView):
         if m is None:
             return line
         rank = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) * self.hosts_per_slice + int(m.group(3))
-        return f"[replica-{rank}] {line[m.end():]}"
+        return f"[replica-{rank}] {line[m.end() :]}"
 
     def log(self, line: str) -> None:
         self.logger.info("%s", self.replica_line(line))
@@ -405,7 +405,9 @@ _BACKENDS: dict[str, str | BackendFactory] = {
 
 
 #: what to install when a built-in backend's module cannot be imported
-_INSTALL_HINTS: dict[str, str] = {"ray": "the Ray backend needs ray: install the package's `ray` extra (ray[default]>=2.60,<2.61)"}
+_INSTALL_HINTS: dict[str, str] = {
+    "ray": "the Ray backend needs ray: install the package's `ray` extra (ray[default]>=2.60,<2.61)"
+}
 
 
 def register_backend(name: str, factory: str | BackendFactory) -> None:
@@ -439,7 +441,9 @@ def _resolve_factory(scheme: str, spec: str) -> BackendFactory:
                 break
     if factory is None:
         known = sorted(set(_BACKENDS))
-        raise UnknownBackendError(f"cluster spec {spec!r}: unknown backend {scheme!r}; known backends: {', '.join(known)}")
+        raise UnknownBackendError(
+            f"cluster spec {spec!r}: unknown backend {scheme!r}; known backends: {', '.join(known)}"
+        )
     if isinstance(factory, str):
         mod, _, attr = factory.partition(":")
         try:
@@ -556,14 +560,16 @@ def create_job_ctx(context_type: str = "auto", *, max_workers: int | None = None
     from fray_core.context import CONTEXT_TYPES, LocalJobContext, SyncContext
 
     if context_type not in CONTEXT_TYPES:
-        raise ValueError(
-            f"Unknown context type: {context_type!r}. Supported: 'ray', 'threadpool', 'sync' (or 'auto')"
-        )
+        raise ValueError(f"Unknown context type: {context_type!r}. Supported: 'ray', 'threadpool', 'sync' (or 'auto')")
     if context_type != "ray" and ray_options:
-        raise ValueError(f"create_job_ctx: {sorted(ray_options)} are Ray options; context_type {context_type!r} takes none")
+        raise ValueError(
+            f"create_job_ctx: {sorted(ray_options)} are Ray options; context_type {context_type!r} takes none"
+        )
     if context_type != "threadpool" and max_workers is not None:
         raise ValueError(f"create_job_ctx: max_workers is for context_type 'threadpool', not {context_type!r}")
-    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1):
+    if max_workers is not None and (
+        isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1
+    ):
         raise ValueError(f"create_job_ctx: max_workers must be an int >= 1, got {max_workers!r}")
     if context_type == "sync":
         return SyncContext()

@@ -218,7 +218,6 @@ class LocalJobContext(JobContext):
             return handle
 
 
-
 #: ``ThreadContext`` is marin's name for the thread-pool context
 ThreadContext = LocalJobContext
 
@@ -320,7 +319,8 @@ def _requests_accelerator(options: Mapping[str, Any]) -> bool:
         return True
     resources = options.get("resources") or {}
     return any(
-        isinstance(n, (int, float)) and n > 0 and str(k).upper().startswith(("TPU", "GPU")) for k, n in resources.items()
+        isinstance(n, (int, float)) and n > 0 and str(k).upper().startswith(("TPU", "GPU"))
+        for k, n in resources.items()
     )
 
 

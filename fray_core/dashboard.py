@@ -58,7 +58,7 @@ def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[s
         m = _TAG.match(line)
         tag = m.group(1) if m else "[fray]"
         kept = hosts.setdefault(tag, [])
-        kept.append(line[len(tag):].lstrip() if m else line)
+        kept.append(line[len(tag) :].lstrip() if m else line)
         if len(kept) > per_host:
             del kept[0]
     return hosts
@@ -79,11 +79,18 @@ def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
     slices = []
     for sl in fleet.slices():
         quarantined = sl.quarantined_until is not None
-        slices.append({
-            "name": sl.name, "type": sl.tpu_type, "hosts": sl.hosts, "state": sl.state,
-            "holder": sl.holder or holders.get(sl.name), "preemptions": sl.preemptions,
-            "quarantined": quarantined, "quarantine_note": sl.quarantine_note if quarantined else None,
-        })
+        slices.append(
+            {
+                "name": sl.name,
+                "type": sl.tpu_type,
+                "hosts": sl.hosts,
+                "state": sl.state,
+                "holder": sl.holder or holders.get(sl.name),
+                "preemptions": sl.preemptions,
+                "quarantined": quarantined,
+                "quarantine_note": sl.quarantine_note if quarantined else None,
+            }
+        )
     return {"on_demand": bool(getattr(fleet, "on_demand", False)), "capacity": fleet.capacity(), "slices": slices}
 
 
@@ -106,7 +113,8 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
             return web.Response(status=405, text="read-only\n")
         response = await handler(request)
         response.headers["Content-Security-Policy"] = (
-            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; frame-ancestors 'none'"
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+            "frame-ancestors 'none'"
         )
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
@@ -115,7 +123,10 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
 
     def page(title: str, kind: str) -> Any:
         async def handler(request: web.Request) -> web.Response:
-            return web.Response(text=_PAGE.format(title=title, kind=kind, refresh=int(refresh * 1000)), content_type="text/html")
+            return web.Response(
+                text=_PAGE.format(title=title, kind=kind, refresh=int(refresh * 1000)), content_type="text/html"
+            )
+
         return handler
 
     async def app_js(request: web.Request) -> web.Response:
@@ -165,8 +176,9 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
     return app
 
 
-def serve(cluster: Cluster, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, refresh: float = 2.0,
-          ready: Any = None) -> None:
+def serve(
+    cluster: Cluster, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, refresh: float = 2.0, ready: Any = None
+) -> None:
     """Serve the dashboard until interrupted. ``port=0`` picks a free port; ``ready(url)`` is called once
     it listens (``fray dashboard`` prints the URL)."""
     from aiohttp import web
@@ -225,10 +237,13 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; backg
 dt { color: #5b6475; } dd { margin: 0; word-break: break-word; }
 svg { background: #fff; box-shadow: 0 1px 2px #0001; }
 .legend { display: flex; gap: 14px; flex-wrap: wrap; font-size: 12px; margin: 6px 0; }
-.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -2px; border-radius: 2px; }
+.legend i {
+  display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -2px; border-radius: 2px;
+}
 .logs { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 12px; }
 .log { background: #10141c; color: #d6dde8; padding: 8px; border-radius: 4px; overflow: auto; max-height: 260px; }
-.log h3 { margin: 0 0 6px; font-size: 12px; color: #8fb4ff; } .log pre { margin: 0; white-space: pre-wrap; word-break: break-all; }
+.log h3 { margin: 0 0 6px; font-size: 12px; color: #8fb4ff; }
+.log pre { margin: 0; white-space: pre-wrap; word-break: break-all; }
 pre.request { background: #fff; padding: 10px; overflow: auto; }
 """
 
@@ -251,7 +266,10 @@ function el(tag, attrs, ...kids) {
 }
 function age(s) { s = Math.max(0, Math.floor(s)); return s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m"
   : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d"; }
-function dur(s) { return s == null ? "-" : s < 60 ? s.toFixed(1) + "s" : Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s"; }
+function dur(s) {
+  return s == null ? "-" : s < 60 ? s.toFixed(1) + "s" :
+    Math.floor(s / 60) + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+}
 function goodput(j) { const g = j.goodput; if (!g) return "-";
   if (j.status === "STOPPED") return "- (stopped)"; return Math.round(g.ratio * 100) + "%"; }
 function errorLine(j) {  // a backend's error can end on "last output:" with the output in the attempt's cause
@@ -259,8 +277,14 @@ function errorLine(j) {  // a backend's error can end on "last output:" with the
   return e.trim().endsWith(":") && tail.length > 1 ? e.trim() + " " + tail[tail.length - 1].trim() : e;
 }
 function badge(status) { return el("span", {class: "status s-" + status}, status); }
-async function getJSON(url) { const r = await fetch(url, {cache: "no-store"}); if (!r.ok) throw new Error((await r.json()).error || r.statusText); return r.json(); }
-function stamp() { document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() + " (live)"; }
+async function getJSON(url) {
+  const r = await fetch(url, {cache: "no-store"});
+  if (!r.ok) throw new Error((await r.json()).error || r.statusText);
+  return r.json();
+}
+function stamp() {
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() + " (live)";
+}
 
 // ------------------------------------------------------------------------------------------ job list
 let filters = {status: "", name: ""};
@@ -275,14 +299,17 @@ function listView() {
     "preempt/fail", "goodput", "pending reason / error"].map(h => el("th", {}, h)))), el("tbody"));
   main.replaceChildren(el("h1", {}, "jobs"), el("div", {class: "filters"}, status, name), table);
   async function refresh() {
-    const q = new URLSearchParams(); if (filters.status) q.set("status", filters.status); if (filters.name) q.set("name", filters.name);
+    const q = new URLSearchParams();
+    if (filters.status) q.set("status", filters.status);
+    if (filters.name) q.set("name", filters.name);
     const jobs = await getJSON("/api/jobs?" + q), now = Date.now() / 1000;
     const rows = jobs.reverse().map(j => el("tr", {"data-job": j.job_id},
       el("td", {class: "mono"}, el("a", {href: "/job/" + encodeURIComponent(j.job_id)}, j.job_id)),
       el("td", {}, j.name), el("td", {}, badge(j.status)), el("td", {}, age(now - j.submitted_at)),
       el("td", {}, j.attempts.length), el("td", {}, j.preemptions + "/" + j.failures), el("td", {}, goodput(j)),
       el("td", {class: "reason"}, j.pending_reason || (j.status === "FAILED" ? errorLine(j) : ""))));
-    table.tBodies[0].replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 8, class: "muted"}, "no jobs"))]));
+    table.tBodies[0].replaceChildren(
+      ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 8, class: "muted"}, "no jobs"))]));
     stamp();
   }
   return refresh;
@@ -295,9 +322,11 @@ function timeline(j) {
   const ended = j.finished_at && ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
   const t1 = Math.max(ended ? j.finished_at : now, ...atts.map(a => a.ended_at || 0), t0 + 1e-3);
   const rows = [];
-  for (const a of atts) for (const s of (a.slices.length ? a.slices : ["(waiting)"])) if (!rows.includes(s)) rows.push(s);
+  for (const a of atts)
+    for (const s of (a.slices.length ? a.slices : ["(waiting)"])) if (!rows.includes(s)) rows.push(s);
   const W = 900, L = 130, H = 26, top = 10, width = W - L - 20, x = t => L + (t - t0) / (t1 - t0) * width;
-  const svg = el("svg:svg", {id: "timeline", width: W, height: top + rows.length * H + 34, viewBox: `0 0 ${W} ${top + rows.length * H + 34}`});
+  const svg = el("svg:svg", {id: "timeline", width: W, height: top + rows.length * H + 34,
+                            viewBox: `0 0 ${W} ${top + rows.length * H + 34}`});
   rows.forEach((r, i) => svg.append(el("svg:text", {x: 6, y: top + i * H + 17, "font-size": 12, fill: "#333"}, r)));
   const seen = new Set();
   let prevEnd = j.submitted_at;
@@ -305,7 +334,8 @@ function timeline(j) {
     if (a.slices.length && a.started_at && prevEnd && a.started_at - prevEnd > (t1 - t0) / 200) {
       seen.add("waiting");
       for (const s of a.slices) {
-        const w = el("svg:rect", {x: x(prevEnd), y: top + rows.indexOf(s) * H + 8, width: Math.max(x(a.started_at) - x(prevEnd), 1),
+        const w = el("svg:rect", {x: x(prevEnd), y: top + rows.indexOf(s) * H + 8,
+                                  width: Math.max(x(a.started_at) - x(prevEnd), 1),
           height: H - 18, rx: 2, fill: COLORS.waiting, class: "wait", "data-attempt": a.index});
         w.append(el("svg:title", {}, `attempt ${a.index} waiting for slices: ${dur(a.started_at - prevEnd)}`));
         svg.append(w);
@@ -321,7 +351,9 @@ function timeline(j) {
       const y = top + rows.indexOf(s) * H + 3;
       const bar = el("svg:rect", {x: x0, y: y, width: x1 - x0, height: H - 8, rx: 3, fill: COLORS[fill] || "#888",
         class: "bar", "data-attempt": a.index, "data-outcome": kind});
-      bar.append(el("svg:title", {}, `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - (a.started_at || t0))}` + (a.cause ? "\n" + a.cause : "")));
+      bar.append(el("svg:title", {},
+        `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - (a.started_at || t0))}` +
+        (a.cause ? "\n" + a.cause : "")));
       svg.append(bar, el("svg:text", {x: x0 + 4, y: y + 14, "font-size": 11, fill: "#fff"}, String(a.index)));
       if (a.outcome === "PREEMPTED" && (a.cause || "").includes("(" + s + ")"))
         svg.append(el("svg:path", {d: `M${x1 - 6},${y - 3} l6,8 l6,-8 z`, fill: "#b35c00"}));
@@ -331,7 +363,8 @@ function timeline(j) {
   svg.append(el("svg:line", {x1: L, x2: L + width, y1: axisY - 8, y2: axisY - 8, stroke: "#bbb"}));
   for (let k = 0; k <= 4; k++) { const t = (t1 - t0) * k / 4;
     svg.append(el("svg:text", {x: L + width * k / 4 - 8, y: axisY + 8, "font-size": 11, fill: "#666"}, dur(t))); }
-  const legend = el("div", {class: "legend"}, ...[...seen].map(k => el("span", {}, el("i", {style: null, "data-c": k}), LABELS[k] || k)));
+  const legend = el("div", {class: "legend"},
+    ...[...seen].map(k => el("span", {}, el("i", {style: null, "data-c": k}), LABELS[k] || k)));
   legend.querySelectorAll("i").forEach(i => { i.style.background = COLORS[i.dataset.c]; });
   return [svg, legend];
 }
@@ -345,17 +378,25 @@ function jobView() {
       ["submitted", new Date(j.submitted_at * 1000).toLocaleString()],
       ["finished", j.finished_at ? new Date(j.finished_at * 1000).toLocaleString() : "-"],
       ["progress", j.progress || "-"], ["pending", j.pending_reason || "-"], ["error", errorLine(j) || "-"],
-      ["retries", `preemptions ${j.preemptions} of ${j.max_retries_preemption}, failures ${j.failures} of ${j.max_retries_failure}`],
-      ["goodput", j.goodput ? goodput(j) + ` (productive ${j.goodput.productive_s.toFixed(1)}s, pending ${j.goodput.pending_s.toFixed(1)}s, lost ${j.goodput.lost_s.toFixed(1)}s)` : "-"]];
-    const dl = el("dl", {id: "fields"}); for (const [k, v] of fields) dl.append(el("dt", {}, k), el("dd", {"data-field": k}, v));
-    const att = el("table", {id: "attempts"}, el("thead", {}, el("tr", {}, ...["attempt", "slices", "outcome", "duration", "cause"].map(h => el("th", {}, h)))),
-      el("tbody", {}, ...j.attempts.map(a => el("tr", {}, el("td", {}, a.index), el("td", {class: "mono"}, a.slices.join(", ") || "-"),
+      ["retries", `preemptions ${j.preemptions} of ${j.max_retries_preemption}, ` +
+        `failures ${j.failures} of ${j.max_retries_failure}`],
+      ["goodput", j.goodput ? goodput(j) +
+        ` (productive ${j.goodput.productive_s.toFixed(1)}s, pending ${j.goodput.pending_s.toFixed(1)}s,` +
+        ` lost ${j.goodput.lost_s.toFixed(1)}s)` : "-"]];
+    const dl = el("dl", {id: "fields"});
+    for (const [k, v] of fields) dl.append(el("dt", {}, k), el("dd", {"data-field": k}, v));
+    const att = el("table", {id: "attempts"},
+      el("thead", {}, el("tr", {}, ...["attempt", "slices", "outcome", "duration", "cause"].map(h => el("th", {}, h)))),
+      el("tbody", {}, ...j.attempts.map(a => el("tr", {}, el("td", {}, a.index),
+        el("td", {class: "mono"}, a.slices.join(", ") || "-"),
         el("td", {}, a.outcome || (a.slices.length ? "RUNNING" : "WAITING")),
-        el("td", {}, dur((a.ended_at || j.now) - (a.started_at || j.submitted_at))), el("td", {class: "mono"}, a.cause || "")))));
+        el("td", {}, dur((a.ended_at || j.now) - (a.started_at || j.submitted_at))),
+        el("td", {class: "mono"}, a.cause || "")))));
     const logs = el("div", {class: "logs", id: "logs"});
     try {
       const tails = (await getJSON("/api/jobs/" + encodeURIComponent(id) + "/logs")).hosts;
-      for (const [tag, lines] of Object.entries(tails)) logs.append(el("div", {class: "log"}, el("h3", {}, tag), el("pre", {}, lines.join("\n"))));
+      for (const [tag, lines] of Object.entries(tails))
+        logs.append(el("div", {class: "log"}, el("h3", {}, tag), el("pre", {}, lines.join("\n"))));
       if (!Object.keys(tails).length) logs.append(el("p", {class: "muted"}, "no output yet"));
     } catch (e) { logs.append(el("p", {class: "muted"}, String(e.message))); }
     main.replaceChildren(el("h1", {}, j.job_id), dl, el("h2", {}, "timeline"),
@@ -373,19 +414,25 @@ function fleetView() {
     let f;
     try { f = await getJSON("/api/fleet"); }
     catch (e) { main.replaceChildren(el("h1", {}, "fleet"), el("p", {class: "muted"}, String(e.message))); return; }
-    const rows = f.slices.map(s => el("tr", {"data-slice": s.name}, el("td", {class: "mono"}, s.name), el("td", {}, s.type),
-      el("td", {}, s.hosts), el("td", {}, s.state), el("td", {class: "mono"}, s.holder ? el("a", {href: "/job/" + encodeURIComponent(s.holder)}, s.holder) : "-"),
+    const rows = f.slices.map(s => el("tr", {"data-slice": s.name},
+      el("td", {class: "mono"}, s.name), el("td", {}, s.type),
+      el("td", {}, s.hosts), el("td", {}, s.state),
+      el("td", {class: "mono"}, s.holder ? el("a", {href: "/job/" + encodeURIComponent(s.holder)}, s.holder) : "-"),
       el("td", {}, s.preemptions), el("td", {}, s.quarantined ? "quarantined: " + (s.quarantine_note || "") : "-")));
     main.replaceChildren(el("h1", {}, "fleet" + (f.on_demand ? " (slices made on demand)" : "")),
-      el("table", {id: "fleet"}, el("thead", {}, el("tr", {}, ...["slice", "type", "hosts", "state", "held by", "preemptions", "quarantine"].map(h => el("th", {}, h)))),
-        el("tbody", {}, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 7, class: "muted"}, "no slices"))]))));
+      el("table", {id: "fleet"},
+        el("thead", {}, el("tr", {},
+          ...["slice", "type", "hosts", "state", "held by", "preemptions", "quarantine"].map(h => el("th", {}, h)))),
+        el("tbody", {},
+          ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 7, class: "muted"}, "no slices"))]))));
     stamp();
   }
   return refresh;
 }
 
 const refresh = {list: listView, job: jobView, fleet: fleetView}[body.dataset.page]();
-async function loop() { try { await refresh(); } catch (e) { document.getElementById("updated").textContent = "error: " + e.message; }
+async function loop() {
+  try { await refresh(); } catch (e) { document.getElementById("updated").textContent = "error: " + e.message; }
   setTimeout(loop, REFRESH); }
 loop();
 """

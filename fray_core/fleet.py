@@ -34,7 +34,7 @@ infrastructure's fault (the host ends PREEMPTED), not the user's.
 >>> fleet.break_host("v4-16-0", 1)
 >>> fleet.host_fate(leases[0], 1)
 HostFate(kind='PREEMPTED', error='TpuDeviceError: the TPU device of v4-16-0 host 1 is broken (device init failed)', crash=False, cleaned=False)
-"""
+"""  # noqa: E501 - a doctest output line (HostFate repr) cannot be wrapped
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import enum
 import heapq
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import attrs
 
@@ -139,7 +139,7 @@ class DirtyHost:
         _check_fault(self)
 
 
-Fault = Union[PreemptSlice, FailHost, DropCapacity, DirtyHost]
+Fault = PreemptSlice | FailHost | DropCapacity | DirtyHost
 
 
 @attrs.frozen
@@ -164,9 +164,7 @@ class FaultPlan:
         return list(self._by_attempt.get(attempt, ()))
 
     @staticmethod
-    def chaos(
-        seed: int, rate: float, *, attempts: int = 50, max_slices: int = 8, horizon: float = 2.0
-    ) -> FaultPlan:
+    def chaos(seed: int, rate: float, *, attempts: int = 50, max_slices: int = 8, horizon: float = 2.0) -> FaultPlan:
         """Random preemptions: in each of the first ``attempts`` attempts, each slice is preempted with
         probability ``rate`` at a random time within ``horizon`` seconds. The same seed gives the same plan.
 
@@ -380,8 +378,10 @@ class Fleet:
         detection_delay: float = 0.0,
         clean_hosts: bool = True,
     ) -> None:
-        if isinstance(detection_delay, bool) or not isinstance(detection_delay, (int, float)) or not (
-            0.0 <= detection_delay < float("inf")
+        if (
+            isinstance(detection_delay, bool)
+            or not isinstance(detection_delay, (int, float))
+            or not (0.0 <= detection_delay < float("inf"))
         ):
             raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
         if clock is None:
@@ -742,7 +742,9 @@ class Fleet:
             sl.lease = None
             if sl.draining is not None:  # noticed: it is going away, no one gets it before it has been and come back
                 deadline, restore_after = sl.draining
-                self._preempt_slice(sl, None if restore_after is None else max(0.0, deadline - self.clock.now()) + restore_after)
+                self._preempt_slice(
+                    sl, None if restore_after is None else max(0.0, deadline - self.clock.now()) + restore_after
+                )
                 return False
             self._set_state(sl, "free")
             return True
@@ -1072,7 +1074,8 @@ class Fleet:
                 self.device_failed(sl.name, host, "device busy")
                 return HostFate(
                     "PREEMPTED",
-                    f"DeviceBusyError: TPU in use: a stale device lock is on {sl.name} host {host} (device init failed)",
+                    f"DeviceBusyError: TPU in use: a stale device lock is on {sl.name} host {host} (device "
+                    f"init failed)",
                 )
             cleaned = self.clean(sl.name, host)
         if fault is None:
@@ -1080,7 +1083,10 @@ class Fleet:
         if fault.crash:
             self.make_dirty(sl.name, host)  # a crashed TPU process leaves its lock behind
             return HostFate(
-                "FAILED", f"HostCrashed: simulated crash on {sl.name} host {host}: {fault.message}", crash=True, cleaned=cleaned
+                "FAILED",
+                f"HostCrashed: simulated crash on {sl.name} host {host}: {fault.message}",
+                crash=True,
+                cleaned=cleaned,
             )
         return HostFate("FAILED", f"SimulatedHostFailure: {fault.message}", cleaned=cleaned)
 

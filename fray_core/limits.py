@@ -79,8 +79,10 @@ def check_number(
     types: tuple[type, ...] = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, types):
         raise TypeError(f"{field}: expected {allowed}, got {value!r}")
-    if not math.isfinite(value) or (value <= minimum if exclusive else value < minimum) or (
-        maximum is not None and value > maximum
+    if (
+        not math.isfinite(value)
+        or (value <= minimum if exclusive else value < minimum)
+        or (maximum is not None and value > maximum)
     ):
         shown = f"{value!r}" if not integer or abs(value) < 10**30 else f"an int of {len(str(abs(value)))} digits"
         raise ValueError(f"{field}: expected {allowed}, got {shown}")

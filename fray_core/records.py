@@ -34,7 +34,8 @@ from typing import Any
 
 import cloudpickle
 
-from fray_core._procfs import start_ticks as process_start_ticks, stat_fields
+from fray_core._procfs import start_ticks as process_start_ticks
+from fray_core._procfs import stat_fields
 from fray_core.errors import FrayError, JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
 from fray_core.types import JobId, JobInfo, JobStatus, StoredResult
 
@@ -467,7 +468,7 @@ class JobStore:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view[:RESERVE_BYTES]):]
+                view = view[os.write(fd, view[:RESERVE_BYTES]) :]
             os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
@@ -521,7 +522,9 @@ class JobStore:
             raise JobNotFoundError(f"unknown job id {job_id!r} (no record under {self.root})") from None
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise RecordError(f"job {job_id}: {path} (or its dir) is a symbolic link; links in the jobs dir are not followed") from None
+                raise RecordError(
+                    f"job {job_id}: {path} (or its dir) is a symbolic link; links in the jobs dir are not followed"
+                ) from None
             if e.errno in (errno.EISDIR, errno.ENOTDIR):
                 what = "its record is not a regular file" if e.errno == errno.EISDIR else "it is not a directory"
                 raise RecordError(f"job {job_id}: {what} ({path})") from None
@@ -722,14 +725,18 @@ class JobStore:
         try:
             st = os.stat(self._root_path)
         except OSError as e:
-            raise ResultUnavailableError(f"result cannot be loaded: cannot stat the jobs dir {self.root}: {e}") from None
+            raise ResultUnavailableError(
+                f"result cannot be loaded: cannot stat the jobs dir {self.root}: {e}"
+            ) from None
         self._check_private(self._root_path, st, "jobs dir")
 
     def _check_private(self, path: str, st: os.stat_result, what: str) -> None:
         me = os.geteuid()
         shared_hint = (
-            "" if self.shared or what != "jobs dir" else
-            f", or, if the dir is shared on purpose, set {SHARED_ENV}=1 (results then load only from job dirs you own)"
+            ""
+            if self.shared or what != "jobs dir"
+            else f", or, if the dir is shared on purpose, set {SHARED_ENV}=1 (results then load only from job "
+            f"dirs you own)"
         )
         if st.st_uid != me:
             raise UnsafeJobsDirError(
@@ -738,7 +745,9 @@ class JobStore:
                 f"dir of your own (FRAY_JOBS_DIR; the default is ~/.cache/fray/jobs){shared_hint}"
             )
         if st.st_mode & 0o022:
-            who = "group and others" if st.st_mode & 0o022 == 0o022 else ("others" if st.st_mode & 0o002 else "its group")
+            who = (
+                "group and others" if st.st_mode & 0o022 == 0o022 else ("others" if st.st_mode & 0o002 else "its group")
+            )
             raise UnsafeJobsDirError(
                 f"refusing to load results from {path}: this {what} is writable by {who} (mode "
                 f"{stat.S_IMODE(st.st_mode):04o}), so another user could have planted {RESULT} there, and "
@@ -829,7 +838,7 @@ def log_tail_offset(f: Any, lines: int, keep: Any = None, block: int = 1 << 16) 
             if not end_seen:
                 end_seen = True
                 continue
-            if keep is None or keep(joined[q + 1:q + 1 + _TAG_BYTES]):
+            if keep is None or keep(joined[q + 1 : q + 1 + _TAG_BYTES]):
                 found += 1
                 if found == lines:
                     return start + q + 1
@@ -855,7 +864,7 @@ def iter_log_lines(f: Any, offset: int, keep: Any = None) -> Iterator[tuple[str,
             start = nl + 1
             if keep is None or keep(raw[:_TAG_BYTES]):
                 for i in range(0, max(len(raw), 1), MAX_LOG_LINE):  # the end of a runaway line: in pieces too
-                    yield raw[i:i + MAX_LOG_LINE].decode("utf-8", "replace"), offset
+                    yield raw[i : i + MAX_LOG_LINE].decode("utf-8", "replace"), offset
         pending = pending[start:]
         while len(pending) >= MAX_LOG_LINE:  # a runaway line: hand it out in pieces instead of holding it
             piece, pending = pending[:MAX_LOG_LINE], pending[MAX_LOG_LINE:]
@@ -865,8 +874,14 @@ def iter_log_lines(f: Any, offset: int, keep: Any = None) -> Iterator[tuple[str,
 
 
 def stream_log(
-    store: JobStore, job_id: str, *, follow: bool = False, is_done: Any = None, tail: int | None = None,
-    keep: Any = None, poll: float = 0.1,
+    store: JobStore,
+    job_id: str,
+    *,
+    follow: bool = False,
+    is_done: Any = None,
+    tail: int | None = None,
+    keep: Any = None,
+    poll: float = 0.1,
 ) -> Iterator[str]:
     """The job's log lines in constant memory: from the start, or the last ``tail`` lines (of those ``keep``
     accepts); with ``follow``, new lines as they come until ``is_done()`` and the log is drained.
@@ -885,7 +900,8 @@ def stream_log(
                     offset = log_tail_offset(f, tail, keep)
             got = False
             if f is not None:
-                for line, offset in iter_log_lines(f, offset, keep):
+                for line, next_offset in iter_log_lines(f, offset, keep):
+                    offset = next_offset
                     got = True
                     yield line
             if done:

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from fray_core.errors import Unschedulable
+from fray_core.limits import MAX_SECONDS, MIN_POLL_INTERVAL, check_number
 from fray_core.provider import (
     HostOutcome,
     HostOutcomeKind,
@@ -38,7 +39,6 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
-from fray_core.limits import MAX_SECONDS, MIN_POLL_INTERVAL, check_number
 from fray_core.types import (
     Attempt,
     AttemptOutcome,
@@ -105,8 +105,12 @@ class RetryPolicy:
         # timeout never expire.
         for field, minimum, exclusive in _POLICY_BOUNDS:
             check_number(
-                f"RetryPolicy.{field}", getattr(self, field), minimum=minimum, exclusive=exclusive,
-                maximum=MAX_SECONDS, unit="seconds" if field != "backoff_multiplier" else "",
+                f"RetryPolicy.{field}",
+                getattr(self, field),
+                minimum=minimum,
+                exclusive=exclusive,
+                maximum=MAX_SECONDS,
+                unit="seconds" if field != "backoff_multiplier" else "",
             )
 
     def backoff(self, consecutive: int) -> float:
@@ -253,7 +257,9 @@ class GangRunner:
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
         self._on_change = on_change
-        self.info = info or JobInfo(job_id=self.job_id, name=request.name, status=JobStatus.PENDING, submitted_at=wall())
+        self.info = info or JobInfo(
+            job_id=self.job_id, name=request.name, status=JobStatus.PENDING, submitted_at=wall()
+        )
         self._attempt: Attempt | None = None  # the attempt being acquired for
         self._stall_is_startup = False  # the last STALLED attempt: no first heartbeat (else: one stopped coming)
         self._t0 = wall()  # when run() began (reset by run())
@@ -464,7 +470,8 @@ class GangRunner:
             self._all_started(attempt)
         elif len(not_started) != before:
             self.info.progress = (
-                f"attempt {attempt.index}: {n_runs - len(not_started)} of {n_runs} hosts started on {', '.join(attempt.slices)}"
+                f"attempt {attempt.index}: {n_runs - len(not_started)} of {n_runs} hosts started on "
+                f"{', '.join(attempt.slices)}"
             )
             self._changed()
 
@@ -485,7 +492,9 @@ class GangRunner:
         req = self.request
         began = self.clock()
         beats_due = began  # when to read the hosts' heartbeats next
-        beat_every = self.policy.poll_interval if req.stall_timeout or req.startup_timeout else self.policy.progress_interval
+        beat_every = (
+            self.policy.poll_interval if req.stall_timeout or req.startup_timeout else self.policy.progress_interval
+        )
         while pending and first_bad is None:
             if self.stopped:
                 self._cancel_and_drain(runs, pending)
@@ -501,7 +510,11 @@ class GangRunner:
                 gone = self._cancel_and_drain(runs, pending)  # a host of it reported lost says it best
                 if self.stopped:
                     return AttemptOutcome.CANCELLED, "terminated", None
-                return AttemptOutcome.PREEMPTED, _describe(gone) if gone is not None else _describe_leases(lost_leases), None
+                return (
+                    AttemptOutcome.PREEMPTED,
+                    _describe(gone) if gone is not None else _describe_leases(lost_leases),
+                    None,
+                )
             now = self.clock()
             if now >= beats_due:
                 beats_due = now + beat_every
@@ -534,7 +547,8 @@ class GangRunner:
                 return (
                     AttemptOutcome.PREEMPTED,
                     f"host start timed out: {len(late)} of {len(runs)} hosts had not started "
-                    f"{self.policy.host_start_timeout:g} s after they were submitted ({where}); their slice is taken as lost",
+                    f"{self.policy.host_start_timeout:g} s after they were submitted ({where}); their "
+                    f"slice is taken as lost",
                     None,
                 )
             ended: set[HostRun] = set()
@@ -561,7 +575,11 @@ class GangRunner:
             return AttemptOutcome.CANCELLED, "terminated", None
         cause = _describe(first_bad)
         if preempted is not None:
-            return AttemptOutcome.PREEMPTED, cause if first_bad is preempted else f"{_describe(preempted)}\n(first failure: {cause})", None
+            return (
+                AttemptOutcome.PREEMPTED,
+                cause if first_bad is preempted else f"{_describe(preempted)}\n(first failure: {cause})",
+                None,
+            )
         # a host failed with no host reported lost: before calling it the user's failure, look at the whole
         # gang's leases until the backend would have detected a loss (siblings of a lost slice often fail first)
         blame = self._attribute(leases, pending, failed_at)
@@ -601,14 +619,20 @@ class GangRunner:
                 self._sleep(step)
 
     def _on_notice(
-        self, attempt: Attempt, runs: list[HostRun], pending: set[HostRun], draining: list[tuple[SliceLease, LeaseHealth]]
+        self,
+        attempt: Attempt,
+        runs: list[HostRun],
+        pending: set[HostRun],
+        draining: list[tuple[SliceLease, LeaseHealth]],
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
         """A preemption notice for a slice of the gang: every host of the job is told the deadline and gets
         SIGTERM, the grace until the deadline to checkpoint, then is killed; the attempt is PREEMPTED
         whatever the hosts' exit codes (the next attempt does not get the draining slice)."""
-        deadline = min(h.deadline for _, h in draining if h.deadline is not None) if any(
-            h.deadline is not None for _, h in draining
-        ) else self.wall()
+        deadline = (
+            min(h.deadline for _, h in draining if h.deadline is not None)
+            if any(h.deadline is not None for _, h in draining)
+            else self.wall()
+        )
         grace = max(0.0, deadline - self.wall())
         what = _describe_leases(draining)
         self.info.progress = f"attempt {attempt.index}: {what}; stopping every host ({grace:.0f} s to checkpoint)"
@@ -636,7 +660,11 @@ class GangRunner:
             steps = [b.step for b in beats.values() if b.step is not None]
             at = self.wall() - newest
             step = max(steps) if steps else self.info.last_step
-            if step != self.info.last_step or self.info.last_heartbeat_at is None or at - self.info.last_heartbeat_at >= 1.0:
+            if (
+                step != self.info.last_step
+                or self.info.last_heartbeat_at is None
+                or at - self.info.last_heartbeat_at >= 1.0
+            ):
                 self.info.last_step, self.info.last_heartbeat_at = step, at
                 self._changed()
         req = self.request
@@ -661,7 +689,13 @@ class GangRunner:
         return None
 
     def _on_stall(
-        self, attempt: Attempt, runs: list[HostRun], pending: set[HostRun], leases: list[SliceLease], why: str, startup: bool
+        self,
+        attempt: Attempt,
+        runs: list[HostRun],
+        pending: set[HostRun],
+        leases: list[SliceLease],
+        why: str,
+        startup: bool,
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
         """Stacks of every host to the job log, then stop them; a lost or draining slice makes it a preemption."""
         self.info.progress = f"attempt {attempt.index}: {why}; writing the hosts' stacks to the log"

@@ -135,7 +135,14 @@ class FairQueue:
         return reserved
 
     def admit(
-        self, holder: str, counts: Sequence[int], free: int, now: float, *, keep: bool = False, since: float | None = None
+        self,
+        holder: str,
+        counts: Sequence[int],
+        free: int,
+        now: float,
+        *,
+        keep: bool = False,
+        since: float | None = None,
     ) -> int | None:
         """The largest of ``counts`` (largest first) that ``holder`` may take now out of ``free`` usable
         free slices (``c <= free - reserved_ahead(holder)``), or ``None``: then it waits in line (joins or
@@ -209,12 +216,16 @@ class Quarantine:
 
     __slots__ = ("after", "window", "duration", "_records", "_active")
 
-    def __init__(self, after: int = 2, window: float = 3600.0, duration: float = 1800.0, *, name: str = "Quarantine") -> None:
+    def __init__(
+        self, after: int = 2, window: float = 3600.0, duration: float = 1800.0, *, name: str = "Quarantine"
+    ) -> None:
         if isinstance(after, bool) or not isinstance(after, int) or after < 1:
             raise ValueError(f"{name}: quarantine_after must be an int >= 1, got {after!r}")
         for field, value in (("quarantine_window", window), ("quarantine_for", duration)):
             if (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
                 or not 0 <= value <= MAX_SECONDS
             ):
                 raise ValueError(f"{name}: {field} must be seconds >= 0, got {value!r}")

@@ -57,7 +57,15 @@ import attrs
 from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
 from fray_core.limits import check_name, check_seconds
-from fray_core.types import AttemptOutcome, Entrypoint, EnvironmentConfig, JobInfo, JobRequest, JobStatus, ResourceConfig
+from fray_core.types import (
+    AttemptOutcome,
+    Entrypoint,
+    EnvironmentConfig,
+    JobInfo,
+    JobRequest,
+    JobStatus,
+    ResourceConfig,
+)
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
@@ -374,7 +382,10 @@ class _Core:
                 return [self._load(index, what, k, replies[k]) for k in sorted(replies)]
             info = self.settled(attempt)
             outcome = info.attempts[attempt].outcome if len(info.attempts) > attempt else None
-            if outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE, AttemptOutcome.RESIZED) and not info.status.is_terminal():
+            if (
+                outcome in (AttemptOutcome.PREEMPTED, AttemptOutcome.UNSCHEDULABLE, AttemptOutcome.RESIZED)
+                and not info.status.is_terminal()
+            ):
                 continue  # the runner is re-acquiring: send the call again to the next attempt's workers
             if error is not None and outcome is AttemptOutcome.FAILED:
                 host, err = error

@@ -23,7 +23,10 @@ __all__ = ["device_fault"]
 # (pattern, name): searched in the host's error text and last output lines
 _SIGNATURES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"TPU is already in use|TPU in use", re.I), "device busy (TPU is already in use)"),
-    (re.compile(r"/dev/(vfio|accel)\S*.*(busy|in use)|(busy|in use).*/dev/(vfio|accel)", re.I), "device busy (/dev/vfio or /dev/accel held)"),
+    (
+        re.compile(r"/dev/(vfio|accel)\S*.*(busy|in use)|(busy|in use).*/dev/(vfio|accel)", re.I),
+        "device busy (/dev/vfio or /dev/accel held)",
+    ),
     (re.compile(r"libtpu_lockfile", re.I), "stale libtpu lockfile"),
 )
 _CRASH_SIGNALS = {int(_signal.SIGSEGV): "SIGSEGV", int(_signal.SIGBUS): "SIGBUS"}

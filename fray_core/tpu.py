@@ -101,13 +101,9 @@ def _build_catalog() -> dict[str, TpuSpec]:
     for gen in ("v5litepod", "v6e"):
         singles = [1, 2, 4, 8] if gen == "v5litepod" else [1, 4, 8]
         for chips in singles:
-            catalog[f"{gen}-{chips}"] = TpuSpec(
-                f"{gen}-{chips}", gen, chips, 1, chips, _topology_2d(chips), 1
-            )
+            catalog[f"{gen}-{chips}"] = TpuSpec(f"{gen}-{chips}", gen, chips, 1, chips, _topology_2d(chips), 1)
         for chips in (16, 32, 64, 128, 256):
-            catalog[f"{gen}-{chips}"] = TpuSpec(
-                f"{gen}-{chips}", gen, chips, chips // 4, 4, _topology_2d(chips), 1
-            )
+            catalog[f"{gen}-{chips}"] = TpuSpec(f"{gen}-{chips}", gen, chips, chips // 4, 4, _topology_2d(chips), 1)
     return catalog
 
 

@@ -17,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NewType, Union
+from typing import Any, NewType
 
 import attrs
 
@@ -204,7 +204,7 @@ class TpuConfig:
         return self.topology or self.spec.topology
 
 
-DeviceConfig = Union[CpuConfig, GpuConfig, TpuConfig]
+DeviceConfig = CpuConfig | GpuConfig | TpuConfig
 
 # ----------------------------------------------------------------------------------------- resources
 
@@ -397,7 +397,7 @@ def _check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     Traceback (most recent call last):
     ...
     TypeError: Entrypoint.function_args: <lambda>() cannot take args=(1,), function_args={'step': 1}: got an unexpected keyword argument 'step'
-    """
+    """  # noqa: E501 - a doctest's expected exception message cannot be wrapped
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -407,7 +407,9 @@ def _check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str
     except TypeError as e:
         field = "function_args" if kwargs and "keyword" in str(e) else "args"
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        raise TypeError(f"Entrypoint.{field}: {name}() cannot take args={tuple(args)!r}, function_args={dict(kwargs)!r}: {e}") from None
+        raise TypeError(
+            f"Entrypoint.{field}: {name}() cannot take args={tuple(args)!r}, function_args={dict(kwargs)!r}: {e}"
+        ) from None
 
 
 @attrs.frozen
@@ -452,7 +454,9 @@ class Entrypoint:
                 raise TypeError(f"Entrypoint.args: command arguments must be strings, got {list(self.args)!r}")
             for a in (self.binary, *self.args):
                 if "\0" in str(a):
-                    raise ValueError(f"Entrypoint: command {self.command!r} contains a NUL byte, which no command can hold")
+                    raise ValueError(
+                        f"Entrypoint: command {self.command!r} contains a NUL byte, which no command can hold"
+                    )
         for k in self.function_args:
             if not isinstance(k, str):
                 raise TypeError(f"Entrypoint.function_args: keys must be str, got {k!r}")
@@ -564,7 +568,11 @@ class EnvironmentConfig:
     #: directory is shipped to the cluster; without either, the directory of the entrypoint's module is, when
     #: that module is not installed here (see ``fray_ray.code``).
     working_dir: str | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v
+        default=None,
+        kw_only=True,
+        eq=False,
+        repr=False,
+        converter=lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v,
     )
 
     def __attrs_post_init__(self) -> None:
@@ -573,7 +581,8 @@ class EnvironmentConfig:
         _check_workspace(self, None, self.working_dir)  # type: ignore[arg-type]
         if self.workspace is not None and self.workspace != self.working_dir:
             raise ValueError(
-                f"EnvironmentConfig: working_dir={self.working_dir!r} and workspace={self.workspace!r} name the same thing; give one"
+                f"EnvironmentConfig: working_dir={self.working_dir!r} and workspace={self.workspace!r} "
+                f"name the same thing; give one"
             )
         object.__setattr__(self, "workspace", self.working_dir)
         object.__setattr__(self, "working_dir", None)  # one field holds it: records and equality see workspace
@@ -719,14 +728,17 @@ class JobRequest:
         if value is None:
             return
         if not isinstance(value, ElasticConfig):
-            raise TypeError(f"JobRequest.elastic: expected ElasticConfig(grow_after=..., grace=...) or None, got {value!r}")
+            raise TypeError(
+                f"JobRequest.elastic: expected ElasticConfig(grow_after=..., grace=...) or None, got {value!r}"
+            )
         res = self.resources
         if not isinstance(res.device, TpuConfig) or len(res.replica_counts) < 2:
             what = "TPU" if isinstance(res.device, TpuConfig) else type(res.device).__name__
             got = list(res.replicas) if isinstance(res.replicas, tuple) else res.replicas
             raise ValueError(
                 f"JobRequest.elastic: needs a TPU device and more than one acceptable slice count, "
-                f"e.g. ResourceConfig(device=TpuConfig(type='v4-16'), replicas=[4, 2, 1]); got {what} with replicas={got!r}"
+                f"e.g. ResourceConfig(device=TpuConfig(type='v4-16'), replicas=[4, 2, 1]); got {what} with "
+                f"replicas={got!r}"
             )
 
     @property
@@ -845,8 +857,9 @@ class Goodput:
     """How a finished job's wall time (``submitted_at`` to ``finished_at``) was spent, in seconds and in
     chip-seconds: ``pending_s`` queued, acquiring slices or backing off between attempts; ``productive_s``
     the attempt that produced the result, from getting its slices to its end; ``lost_s`` attempts that did
-    not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time. Chip-seconds count the TPU chips
-    held (``pending_chip_s``: the chips asked for, while waiting); 0 for CPU/GPU jobs.
+    not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time.
+    Chip-seconds count the TPU chips held (``pending_chip_s``: the chips asked for, while waiting); 0 for
+    CPU/GPU jobs.
 
     >>> g = Goodput(pending_s=10.0, productive_s=80.0, lost_s=10.0)
     >>> g.ratio, g.wall_s
@@ -1064,7 +1077,8 @@ class JobInfo:
             if m is not None:
                 bad = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) * hosts + int(m.group(3))
             return [
-                TaskStatus(JobStatus.FAILED, self.error) if i == bad or (bad is None and i == 0)
+                TaskStatus(JobStatus.FAILED, self.error)
+                if i == bad or (bad is None and i == 0)
                 else TaskStatus(JobStatus.STOPPED, "stopped: another process of the job failed")
                 for i in range(n)
             ]

@@ -10,12 +10,13 @@ This package never imports ray.
 
 from __future__ import annotations
 
-from fray_core._lazy import lazy_exports
 from typing import TYPE_CHECKING
 
+from fray_core._lazy import lazy_exports
+
 if TYPE_CHECKING:
-    from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster, LocalClusterConfig
     from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, HostHealth, PreemptSlice
+    from fray_local.cluster import DEFAULT_LOCAL_POLICY, LocalCluster, LocalClusterConfig
     from fray_local.fleet import TpuFleet, parse_fleet
 
 __all__ = [

@@ -29,9 +29,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, IO
+from typing import IO, Any
 
-from fray_core._procfs import start_ticks as process_start_ticks, stat_fields
+from fray_core._procfs import start_ticks as process_start_ticks
+from fray_core._procfs import stat_fields
 from fray_core.joblog import LogSink
 
 __all__ = [

@@ -18,12 +18,12 @@ import json
 import os
 import re
 import shutil
-import sys
-import warnings
 import socket
 import subprocess
+import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,12 @@ from fray_local.provider import LocalSliceProvider
 if TYPE_CHECKING:
     from fray_core.context import JobContext
 
-__all__ = ["LocalCluster", "LocalClusterConfig", "DEFAULT_LOCAL_POLICY", "check_picklable"]  # check_picklable: moved to fray_core.supervisor
+__all__ = [
+    "LocalCluster",
+    "LocalClusterConfig",
+    "DEFAULT_LOCAL_POLICY",
+    "check_picklable",
+]  # check_picklable: moved to fray_core.supervisor
 
 DEFAULT_LOCAL_POLICY = RetryPolicy(
     backoff_initial=0.2, backoff_max=5.0, schedule_timeout=300.0, poll_interval=0.2, cancel_grace=5.0
@@ -158,7 +163,9 @@ class LocalCluster(RecordCluster):
         gpu_devices = None
         if isinstance(request.resources.device, GpuConfig):
             replicas = request.resources.replicas
-            gpu_devices = _gpu.assign(request.resources.device, replicas[0] if isinstance(replicas, tuple) else int(replicas))
+            gpu_devices = _gpu.assign(
+                request.resources.device, replicas[0] if isinstance(replicas, tuple) else int(replicas)
+            )
         # Threads first: a process that cannot start one fails here, before anything is recorded.
         self._ensure_watcher()
         try:
@@ -281,7 +288,9 @@ class LocalCluster(RecordCluster):
         """A job supervised by a process of this machine that died is FAILED, whatever its record says."""
         owner = record.get("owner")
         if owner is not None and (not isinstance(owner, dict) or not isinstance(owner.get("pid", 0), int)):
-            raise RecordError(f"job {info.job_id}: record cannot be read: field 'owner': expected an object, got {owner!r}")
+            raise RecordError(
+                f"job {info.job_id}: record cannot be read: field 'owner': expected an object, got {owner!r}"
+            )
         if not self._owner_dead(record):
             return None
         owner = owner or {}
@@ -326,7 +335,10 @@ class LocalCluster(RecordCluster):
             if self.poll(job_id).status.is_terminal():
                 return
             time.sleep(0.1)
-        raise FrayError(f"terminate: job {job_id} (supervised by pid {record.get('owner', {}).get('pid')}) did not stop within {deadline:.0f} s")
+        raise FrayError(
+            f"terminate: job {job_id} (supervised by pid {record.get('owner', {}).get('pid')}) did not "
+            f"stop within {deadline:.0f} s"
+        )
 
     def _ensure_watcher(self) -> None:
         """One thread per cluster honours stop requests written by other processes (``fray stop``)."""
@@ -377,4 +389,3 @@ def _from_spec(params: dict[str, str]) -> LocalCluster:
     check_spec_keys(params, ["tpu", "jobs_dir"], "local")
     fleet = TpuFleet(parse_fleet(params["tpu"])) if params.get("tpu") else None
     return LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
-

@@ -28,11 +28,23 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-# the fault vocabulary is the model's; importable from here (and from fray_local) as before
-from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fault, FaultPlan, PreemptSlice  # noqa: F401
 from fray_core._scratch import scratch_dir
+
+# the fault vocabulary is the model's; importable from here (and from fray_local) as before
+from fray_core.fleet import (  # noqa: F401
+    DirtyHost,
+    DropCapacity,
+    FailHost,
+    Fault,
+    FaultPlan,
+    Fleet,
+    FleetLease,
+    HostFate,
+    HostHealth,
+    PreemptSlice,
+    Slice,
+)
 from fray_core.limits import MAX_FLEET_SLICES
-from fray_core.fleet import Fleet, FleetLease, HostFate, HostHealth, Slice
 from fray_core.runner import SliceLease
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -121,9 +133,17 @@ class TpuFleet:
         self.clean_lockfiles = clean_lockfiles
         self._state_dir = state_dir  # made on first use: most fleets never need one
         self.model = Fleet(
-            capacity, self._clock, on_demand=on_demand, fault_plan=fault_plan, on_dirt=self._on_dirt, name="TpuFleet",
-            quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
-            detection_delay=detection_delay, clean_hosts=clean_lockfiles,
+            capacity,
+            self._clock,
+            on_demand=on_demand,
+            fault_plan=fault_plan,
+            on_dirt=self._on_dirt,
+            name="TpuFleet",
+            quarantine_after=quarantine_after,
+            quarantine_window=quarantine_window,
+            quarantine_for=quarantine_for,
+            detection_delay=detection_delay,
+            clean_hosts=clean_lockfiles,
         )
 
     def __repr__(self) -> str:
@@ -389,7 +409,9 @@ class TpuFleet:
         with self._cond:
             lockfile = self.lockfile(lease.name, host)
             if self.is_dirty(lease.name, host) and self.model.host_health(lease.name, host) is HostHealth.HEALTHY:
-                self.model.make_dirty(lease.name, host)  # a process that died hard left its lockfile: the model learns of it
+                self.model.make_dirty(
+                    lease.name, host
+                )  # a process that died hard left its lockfile: the model learns of it
             fate = self.model.host_fate(lease.handle, host)
             note = f"[fray] removed stale {lockfile} before start" if fate.cleaned else None
             return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note

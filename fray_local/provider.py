@@ -204,7 +204,9 @@ class LocalSliceProvider(SliceProvider):
             return o
         self.fleet.device_fault(run.lease, run.host_index, fault)
         where = f"{run.lease.name} host {run.host_index}"
-        return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"DeviceFault: {fault} on {where} (lockfile removed)\n{o.error or ''}")
+        return HostOutcome(
+            run, HostOutcomeKind.PREEMPTED, error=f"DeviceFault: {fault} on {where} (lockfile removed)\n{o.error or ''}"
+        )
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         host = self._hosts[run]
@@ -300,7 +302,9 @@ class LocalSliceProvider(SliceProvider):
         for attempt in attempts:
             write_notice(os.path.join(self.job_dir, f"notice-a{attempt}"), deadline)
         for r in runs:
-            self.log.write(self._hosts[r].tag, f"[fray] preemption notice: the slice goes away at {deadline:.3f} (epoch s)")
+            self.log.write(
+                self._hosts[r].tag, f"[fray] preemption notice: the slice goes away at {deadline:.3f} (epoch s)"
+            )
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of the type this job could take now (not reserved for a job waiting in the

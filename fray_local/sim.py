@@ -35,8 +35,11 @@ def sim_train(steps: int, step_time: float) -> str:
     host = os.environ.get("TPU_WORKER_ID", "0")
     coordinator = os.environ.get("MEGASCALE_COORDINATOR_ADDRESS", "-")
     for step in range(steps):
-        print(f"step {step + 1}/{steps} on {os.environ.get('TPU_NAME')} (slice {slice_id} host {host}, "
-              f"coordinator {coordinator})", flush=True)
+        print(
+            f"step {step + 1}/{steps} on {os.environ.get('TPU_NAME')} (slice {slice_id} host {host}, "
+            f"coordinator {coordinator})",
+            flush=True,
+        )
         time.sleep(step_time)
     return f"slice {slice_id} host {host}: {steps} steps"
 
@@ -73,8 +76,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     spec = args.cluster or os.environ.get("FRAY_CLUSTER_SPEC") or "local"
     scheme, params = parse_spec(spec)
     if scheme != "local" or "tpu" in params:
-        raise UsageError("fray sim makes its own simulated fleet (--tpu/--slices); --cluster may only be "
-                         "'local' or 'local?jobs_dir=DIR'")
+        raise UsageError(
+            "fray sim makes its own simulated fleet (--tpu/--slices); --cluster may only be "
+            "'local' or 'local?jobs_dir=DIR'"
+        )
     plan, desc = sim_fault_plan(
         args.slices, args.preemptions, args.failures, args.seed, args.chaos, args.steps, args.step_time
     )
@@ -84,7 +89,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         cluster = LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
     except OSError as e:
         fleet.close()
-        raise UsageError(f"cannot use the jobs dir: {describe_os_error(e)} (check FRAY_JOBS_DIR or --cluster 'local?jobs_dir=DIR')") from None
+        raise UsageError(
+            f"cannot use the jobs dir: {describe_os_error(e)} (check FRAY_JOBS_DIR or --cluster 'local?jobs_dir=DIR')"
+        ) from None
     budget = args.max_retries_preemption
     if budget is None:
         budget = 20 if args.chaos is not None else args.preemptions
@@ -119,13 +126,24 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         epilog=epilog,
     )
     p.add_argument("--tpu", metavar="TYPE", type=tpu_type, default="v4-16", help="TPU pod type (default v4-16)")
-    p.add_argument("--slices", metavar="N", type=at_least_one, default=2, help="slices of the job and of the fleet (default 2)")
+    p.add_argument(
+        "--slices", metavar="N", type=at_least_one, default=2, help="slices of the job and of the fleet (default 2)"
+    )
     p.add_argument("--preemptions", metavar="N", type=positive_int, default=1, help="attempts to preempt (default 1)")
-    p.add_argument("--failures", metavar="N", type=positive_int, default=0, help="attempts to fail after those (default 0)")
-    p.add_argument("--chaos", metavar="RATE", type=probability, help="random preemptions instead: probability per slice per attempt")
+    p.add_argument(
+        "--failures", metavar="N", type=positive_int, default=0, help="attempts to fail after those (default 0)"
+    )
+    p.add_argument(
+        "--chaos",
+        metavar="RATE",
+        type=probability,
+        help="random preemptions instead: probability per slice per attempt",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the fault plan (default 0)")
     p.add_argument("--steps", metavar="N", type=at_least_one, default=6, help="training steps per attempt (default 6)")
-    p.add_argument("--step-time", metavar="SECONDS", type=non_negative_float, default=0.3, help="seconds per step (default 0.3)")
+    p.add_argument(
+        "--step-time", metavar="SECONDS", type=non_negative_float, default=0.3, help="seconds per step (default 0.3)"
+    )
     p.add_argument("--max-retries-preemption", metavar="N", type=positive_int, help="default: --preemptions")
     add_cluster_option(p)
     p.set_defaults(func=cmd_sim)

@@ -24,7 +24,9 @@ from fray_local.cluster import LocalCluster
 from fray_local.fleet import TpuFleet
 
 #: a retry policy for tests: quick backoff, quick capacity deadline
-TEST_POLICY = RetryPolicy(backoff_initial=0.05, backoff_max=0.2, schedule_timeout=30.0, poll_interval=0.1, cancel_grace=5.0)
+TEST_POLICY = RetryPolicy(
+    backoff_initial=0.05, backoff_max=0.2, schedule_timeout=30.0, poll_interval=0.1, cancel_grace=5.0
+)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ Submodules load on first use, so ``import fray_ray`` does not import ray by itse
 
 from __future__ import annotations
 
-from fray_core._lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from fray_core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fray_ray.cluster import DEFAULT_RAY_POLICY, RayCluster

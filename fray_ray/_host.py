@@ -111,7 +111,9 @@ def tpu_devices(dev: str = "/dev", iommu_groups: str = "/sys/kernel/iommu_groups
     return out
 
 
-def device_holders(lockfile: str = LIBTPU_LOCKFILE, exclude: frozenset[int] = frozenset(), devices: list[str] | None = None) -> list[tuple[int, str]]:
+def device_holders(
+    lockfile: str = LIBTPU_LOCKFILE, exclude: frozenset[int] = frozenset(), devices: list[str] | None = None
+) -> list[tuple[int, str]]:
     """``(pid, path)`` of the processes (other than ``exclude``) that hold the TPU device (``devices``,
     default :func:`tpu_devices`) or libtpu's lockfile open, from ``/proc/*/fd``. Empty when neither exists
     (an emulated host)."""
@@ -146,7 +148,10 @@ def _check_device(lockfile: str, where: str) -> None:
     holders = device_holders(lockfile)
     if holders:
         pid, path = holders[0]
-        raise TpuBusyError(f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the host cannot start the job now")
+        raise TpuBusyError(
+            f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the host cannot "
+            f"start the job now"
+        )
     if os.path.exists(lockfile):
         try:
             os.remove(lockfile)
@@ -214,8 +219,22 @@ class _Reaper:
         # EOF) on its stdin and kills them. Waiting cost each host 30-90 ms (bench/NOTES.md). Its stdout
         # and stderr are not the log pump's pipe, which the reaper would otherwise hold open.
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _REAPER, f"{HOST_TOKEN_ENV}={token}", str(os.getpid()), str(start_ticks(os.getpid()))],
-            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True,
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _REAPER,
+                f"{HOST_TOKEN_ENV}={token}",
+                str(os.getpid()),
+                str(start_ticks(os.getpid())),
+            ],
+            stdin=r,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         os.close(r)
         # Lowest CPU priority (inherited by its fork, the reaper proper): its interpreter start-up (~10 ms of
@@ -226,7 +245,9 @@ class _Reaper:
             os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
         except OSError:
             pass  # it already exited (the first fork): the reaper runs at our priority
-        threading.Thread(target=proc.wait, daemon=True, name="fray-reaper-start").start()  # the first fork exits at once
+        threading.Thread(
+            target=proc.wait, daemon=True, name="fray-reaper-start"
+        ).start()  # the first fork exits at once
         self._w = w
         self.token = token
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
@@ -313,7 +334,9 @@ def _watch_drain(me: HostProcess, notice_file: str | None, stop: threading.Event
     gcs = ray._private.worker.global_worker.gcs_client
     while not stop.wait(interval):
         try:
-            draining = {(k.hex() if hasattr(k, "hex") else str(k)): v for k, v in gcs.get_draining_nodes(timeout=5).items()}
+            draining = {
+                (k.hex() if hasattr(k, "hex") else str(k)): v for k, v in gcs.get_draining_nodes(timeout=5).items()
+            }
         except Exception:
             continue  # the GCS is busy or restarting: ask again
         if me.node_id not in draining:
@@ -322,7 +345,9 @@ def _watch_drain(me: HostProcess, notice_file: str | None, stop: threading.Event
         deadline = ms / 1000.0 if ms > 0 else time.time() + 30.0  # no deadline given: as the runner assumes
         if notice_file:
             write_notice(notice_file, deadline)
-        print(f"[fray] preemption notice: Ray drains this node until {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True)
+        print(
+            f"[fray] preemption notice: Ray drains this node until {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True
+        )
         signal_host(me, signal.SIGTERM)
         return
 
@@ -393,7 +418,11 @@ class _LogPump:
 
         if self.supervisor is None:
             return
-        if not last and self._last_send is not None and not ray.wait([self._last_send], timeout=0, fetch_local=False)[0]:
+        if (
+            not last
+            and self._last_send is not None
+            and not ray.wait([self._last_send], timeout=0, fetch_local=False)[0]
+        ):
             return  # one batch in flight at a time: the lines wait here (bounded), not in Ray's queues
         with self._lock:
             lines, self._pending = self._pending, []
@@ -441,7 +470,9 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
     assert proc.stdout is not None
     # A graceful stop signals the binary itself (it carries the host's token): the worker waits on for
     # it to checkpoint and exit, rather than dying at once and taking the binary with it.
-    before = signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    before = (
+        signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         for raw in proc.stdout:
             os.write(1, raw)  # through the pump: logged and kept in its tail
@@ -491,11 +522,16 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
         if config.supervisor is not None:
             import ray
 
-            me = HostProcess(ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token)
+            me = HostProcess(
+                ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token
+            )
             config.supervisor.host_started.remote(tag, me)
             _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
             threading.Thread(
-                target=_watch_drain, args=(me, os.environ.get("FRAY_NOTICE_FILE"), watching), daemon=True, name="fray-drain-watch"
+                target=_watch_drain,
+                args=(me, os.environ.get("FRAY_NOTICE_FILE"), watching),
+                daemon=True,
+                name="fray-drain-watch",
             ).start()
         try:
             if payload[0] == "run":
@@ -508,13 +544,16 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
                 raise CommandFailedError(f"{e} on {where}", exit_code=e.exit_code) from e.__cause__
         except BaseException as e:
             if config.preemption_probe is not None and config.preemption_probe():
-                raise HostPreemptedError(f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}") from e
+                raise HostPreemptedError(
+                    f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}"
+                ) from e
             if is_tpu:  # libtpu's "TPU is already in use" at device init: told by the device's state, not the text
                 holders = device_holders(lockfile, exclude=frozenset(_our_processes()))
                 if holders:
                     pid, path = holders[0]
                     raise TpuBusyError(
-                        f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the job failed with {type(e).__name__}: {e}"
+                        f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the "
+                        f"job failed with {type(e).__name__}: {e}"
                     ) from e
             raise
         finally:

@@ -39,11 +39,25 @@ from fray_ray._host import gce_preempted
 from fray_ray.code import code_runtime_env, upload_code
 from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
-from fray_ray.supervisor import STANDBY_IDLE_TIMEOUT, WAIT_GROUP, WAIT_THREADS, JobSupervisor, start_error_key, supervisor_name
+from fray_ray.supervisor import (
+    STANDBY_IDLE_TIMEOUT,
+    WAIT_GROUP,
+    WAIT_THREADS,
+    JobSupervisor,
+    start_error_key,
+    supervisor_name,
+)
 
 __all__ = ["RayCluster", "DEFAULT_RAY_POLICY"]
 
-DEFAULT_RAY_POLICY = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, schedule_timeout=600.0, poll_interval=0.5, cancel_grace=30.0, host_start_timeout=600.0)
+DEFAULT_RAY_POLICY = RetryPolicy(
+    backoff_initial=1.0,
+    backoff_max=60.0,
+    schedule_timeout=600.0,
+    poll_interval=0.5,
+    cancel_grace=30.0,
+    host_start_timeout=600.0,
+)
 DEFAULT_NAMESPACE = "fray"
 _KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0
@@ -122,7 +136,10 @@ class RayCluster(RecordCluster):
         if non_preemptible_tpu_label is not None:
             key, sep, value = non_preemptible_tpu_label.partition("=")
             if not (key.strip() and sep and value.strip()):
-                raise ValueError(f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not 'KEY=VALUE' (a node label)")
+                raise ValueError(
+                    f"RayCluster.non_preemptible_tpu_label: {non_preemptible_tpu_label!r} is not "
+                    f"'KEY=VALUE' (a node label)"
+                )
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         if not ray.is_initialized():
             _connect(address)
@@ -179,10 +196,16 @@ class RayCluster(RecordCluster):
         except Exception:
             check_picklable(request)  # names the entrypoint when it is what cannot be pickled
             raise
-        if isinstance(request.resources.device, TpuConfig) and not request.resources.preemptible and self.non_preemptible_tpu_label is None:
+        if (
+            isinstance(request.resources.device, TpuConfig)
+            and not request.resources.preemptible
+            and self.non_preemptible_tpu_label is None
+        ):
             raise ValueError(
-                f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but this Ray cluster has no "
-                "non-preemptible TPU capacity configured: pass RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
+                f"ResourceConfig.preemptible: False for a {request.resources.device.type} request, but "
+                f"this Ray cluster has no "
+                "non-preemptible TPU capacity configured: pass "
+                "RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
         runtime_env = upload_code(code_runtime_env(request))  # the user's code, shipped (refused here when too big)
@@ -191,7 +214,11 @@ class RayCluster(RecordCluster):
         except OSError as e:
             raise launch_error(e, self.store) from None
         info = JobInfo(
-            job_id=job_id, name=request.name, status=JobStatus.PENDING, backend="ray", request_summary=summarize_request(request)
+            job_id=job_id,
+            name=request.name,
+            status=JobStatus.PENDING,
+            backend="ray",
+            request_summary=summarize_request(request),
         )
         settings = {
             "jobs_dir": self.store.root,
@@ -223,7 +250,9 @@ class RayCluster(RecordCluster):
             if not (standby is not None and self._hand_over(standby, info, job)):
                 name = supervisor_name()
                 self.store.write(info, owner=self._owner(name))
-                self._supervisor_options(name, runtime_env).remote(name, job=job)  # the job rides on the actor's creation
+                self._supervisor_options(name, runtime_env).remote(
+                    name, job=job
+                )  # the job rides on the actor's creation
         except BaseException as e:  # nothing started: leave no PENDING record behind
             self.store.discard(job_id)
             err = launch_error(e, self.store)
@@ -263,14 +292,23 @@ class RayCluster(RecordCluster):
                 }
                 # with the last job's code (the next job from this client most likely has the same)
                 self._standby_env = self._last_env
-                self._standby = (name, self._supervisor_options(name, self._standby_env).remote(name, warm=warm), time.monotonic())
+                self._standby = (
+                    name,
+                    self._supervisor_options(name, self._standby_env).remote(name, warm=warm),
+                    time.monotonic(),
+                )
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
 
     def _owner(self, actor: str) -> dict[str, str]:
         """The record's ``owner``: the job's supervisor actor, its namespace, and the cluster's address and
         spec (``fray logs/stop/status ID`` reach the cluster from the record alone)."""
-        return {"ray_actor": actor, "namespace": self.namespace, "address": self.gcs_address, "cluster": self.record_spec}
+        return {
+            "ray_actor": actor,
+            "namespace": self.namespace,
+            "address": self.gcs_address,
+            "cluster": self.record_spec,
+        }
 
     def _supervisor_options(self, name: str, runtime_env: dict[str, Any] | None = None) -> Any:
         """The supervisor actor's options; ``runtime_env``: the job's code and packages (its host tasks and
@@ -286,7 +324,9 @@ class RayCluster(RecordCluster):
             resources={self.non_preemptible_resource: 0.001},
         )
 
-    def _hand_over(self, standby: tuple[str, Any, float], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]) -> bool:
+    def _hand_over(
+        self, standby: tuple[str, Any, float], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]
+    ) -> bool:
         """Give the job to the warm supervisor; ``False`` (and it is removed) when it cannot take it.
 
         Waits for its answer (milliseconds once it is up; its start-up if it is still starting): a call
@@ -365,12 +405,17 @@ class RayCluster(RecordCluster):
             start_error = self._start_error(str(info.job_id))
             if start_error is not None:
                 return start_error
-        if not (info.attempts or info.status is not JobStatus.PENDING or time.time() - info.submitted_at > SUPERVISOR_START_GRACE):
+        if not (
+            info.attempts
+            or info.status is not JobStatus.PENDING
+            or time.time() - info.submitted_at > SUPERVISOR_START_GRACE
+        ):
             return None
         if self._supervisor(str(info.job_id), record) is not None:
             return None
         return (
-            f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace {self.namespace!r}) is gone "
+            f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace "
+            f"{self.namespace!r}) is gone "
             "before the job ended: its node died or the Ray cluster restarted"
         )
 
@@ -398,7 +443,9 @@ class RayCluster(RecordCluster):
         except Exception:
             return  # KV unavailable (Ray client mode): the supervisor's own start-up check decides
         self.store.write(info, owner=self._owner(""))
-        ref = _probe_store.options(resources={self.non_preemptible_resource: 0.001}).remote(self.store.root, str(info.job_id))
+        ref = _probe_store.options(resources={self.non_preemptible_resource: 0.001}).remote(
+            self.store.root, str(info.job_id)
+        )
         try:
             problem = ray.get(ref, timeout=STORE_CHECK_TIMEOUT)
         except Exception:  # the head is slow or busy: the supervisor's own start-up check decides
@@ -409,13 +456,14 @@ class RayCluster(RecordCluster):
             internal_kv._internal_kv_put(key, b"1", overwrite=True, namespace=self.namespace)
             return
         reason = (
-            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store {self.store.root!r}: {problem}. "
-            "Its supervisors run on the head node: give a store every machine reaches (jobs_dir='gs://BUCKET/fray', or a shared path)"
+            f"launch: the Ray cluster at {self.gcs_address or self.address} cannot reach the job store "
+            f"{self.store.root!r}: {problem}. "
+            "Its supervisors run on the head node: give a store every machine reaches "
+            "(jobs_dir='gs://BUCKET/fray', or a shared path)"
         )
         info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
         self.store.write(info, owner=self._owner(""))
         raise FrayError(reason)
-
 
     # ------------------------------------------------------------------------------------- terminate
 
@@ -436,7 +484,9 @@ class RayCluster(RecordCluster):
             time.sleep(0.1)
         if actor is not None:
             ray.kill(actor, no_restart=True)  # its placement groups and tasks go with it (it owns them)
-        raise FrayError(f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was killed")
+        raise FrayError(
+            f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was killed"
+        )
 
     def job_context(self) -> Any:
         from fray_ray.context import RayJobContext
@@ -467,10 +517,14 @@ def _connect(address: str | None) -> None:
         # (Ray's copy came on top of it, unprefixed, to whichever driver launched the job)
         ray.init(address=address, logging_level="WARNING", configure_logging=True, log_to_driver=False)
     except ConnectionError as e:  # "auto" with no local cluster, or a cluster gone since the check
-        raise RayConnectionError(f"cannot connect to the Ray cluster at {target or address or 'auto'}: {_first_line(e)}") from None
+        raise RayConnectionError(
+            f"cannot connect to the Ray cluster at {target or address or 'auto'}: {_first_line(e)}"
+        ) from None
     except RuntimeError as e:
         if "version" in str(e).lower():  # Ray's own check (a patch-level Python difference)
-            raise RayConnectionError(f"version mismatch with the Ray cluster at {target or address}: {_first_line(e)}") from None
+            raise RayConnectionError(
+                f"version mismatch with the Ray cluster at {target or address}: {_first_line(e)}"
+            ) from None
         raise
 
 
@@ -496,5 +550,7 @@ def _from_spec(params: dict[str, str]) -> RayCluster:
     """``ray``, ``ray?address=10.0.0.1:6379&namespace=team&jobs_dir=gs://bucket/fray``."""
     check_spec_keys(params, ["address", "namespace", "jobs_dir"], "ray")
     return RayCluster(
-        address=params.get("address") or "auto", namespace=params.get("namespace") or None, jobs_dir=params.get("jobs_dir") or None
+        address=params.get("address") or "auto",
+        namespace=params.get("namespace") or None,
+        jobs_dir=params.get("jobs_dir") or None,
     )

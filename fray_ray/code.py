@@ -24,7 +24,19 @@ from typing import Any
 __all__ = ["CODE_SIZE_LIMIT", "code_root", "code_runtime_env", "upload_code"]
 
 CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
-_SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", "node_modules", ".hypothesis"})
+_SKIP_DIRS = frozenset(
+    {
+        ".git",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        "node_modules",
+        ".hypothesis",
+    }
+)
 _OWN = ("fray_core", "fray_local", "fray_ray", "ray")  # installed on every machine of a Fray-on-Ray cluster
 
 
@@ -126,8 +138,10 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     size = _size(root, limit)
     if size > limit:
         raise ValueError(
-            f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to ship to the Ray cluster: "
-            "install it on the cluster's machines, or set EnvironmentConfig(working_dir=DIR) to a smaller directory that holds it"
+            f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to "
+            f"ship to the Ray cluster: "
+            "install it on the cluster's machines, or set EnvironmentConfig(working_dir=DIR) to a smaller "
+            "directory that holds it"
         )
     out["working_dir"] = root
     out["excludes"] = sorted(f"**/{d}/" for d in _SKIP_DIRS)
@@ -150,6 +164,8 @@ def upload_code(runtime_env: dict[str, Any]) -> dict[str, Any]:
     scratch = tempfile.mkdtemp(prefix="fray-code-")
     try:
         quiet = logging.getLogger("fray_ray.code")
-        return upload_working_dir_if_needed(dict(runtime_env), include_gitignore=True, scratch_dir=scratch, logger=quiet)
+        return upload_working_dir_if_needed(
+            dict(runtime_env), include_gitignore=True, scratch_dir=scratch, logger=quiet
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

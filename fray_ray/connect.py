@@ -62,7 +62,9 @@ def _token() -> str | None:
 def _split(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise RayConnectionError(f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379, or 'auto' for the local cluster)")
+        raise RayConnectionError(
+            f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379, or 'auto' for the local cluster)"
+        )
     return host.strip("[]"), int(port)
 
 
@@ -77,9 +79,17 @@ def check_ray_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         with socket.create_connection((host, port), timeout=max(0.1, min(5.0, end - time.monotonic()))):
             pass
     except TimeoutError:
-        raise RayConnectionError(f"cannot reach the Ray cluster at {address}: no answer within {min(5.0, timeout):g} s (wrong address, or a firewall)") from None
+        raise RayConnectionError(
+            f"cannot reach the Ray cluster at {address}: no answer within {min(5.0, timeout):g} s (wrong "
+            f"address, or a firewall)"
+        ) from None
     except OSError as e:
-        why = "connection refused (nothing listens there: is the head node up, and is this its GCS port, 6379 by default?)" if e.errno == errno.ECONNREFUSED else (e.strerror or str(e))
+        why = (
+            "connection refused (nothing listens there: is the head node up, and is this its GCS port, "
+            "6379 by default?)"
+            if e.errno == errno.ECONNREFUSED
+            else (e.strerror or str(e))
+        )
         raise RayConnectionError(f"cannot reach the Ray cluster at {address}: {why}") from None
     if client:
         return
@@ -96,7 +106,10 @@ def _check_gcs(address: str, end: float) -> None:
         try:
             grpc.channel_ready_future(channel).result(timeout=max(0.1, end - time.monotonic()))
         except grpc.FutureTimeoutError:
-            raise RayConnectionError(f"{address} answers but is not a Ray cluster's GCS (no gRPC there; the dashboard's port is not the address)") from None
+            raise RayConnectionError(
+                f"{address} answers but is not a Ray cluster's GCS (no gRPC there; the dashboard's port is "
+                f"not the address)"
+            ) from None
         token = _token()
         metadata = [("authorization", f"Bearer {token}")] if token else None
         request = gcs_service_pb2.InternalKVGetRequest(key=b"CLUSTER_METADATA", namespace=b"cluster")
@@ -109,15 +122,20 @@ def _check_gcs(address: str, end: float) -> None:
             if code == grpc.StatusCode.UNAUTHENTICATED:
                 how = "this client's token was refused" if token else "it requires a token and this client has none"
                 raise RayConnectionError(
-                    f"the Ray cluster at {address} refused this client: {how} (Ray token authentication: set RAY_AUTH_TOKEN "
+                    f"the Ray cluster at {address} refused this client: {how} (Ray token authentication: "
+                    f"set RAY_AUTH_TOKEN "
                     "or ~/.ray/auth_token to the cluster's token)"
                 ) from None
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise RayConnectionError(f"the Ray cluster at {address} did not answer within the connect timeout") from None
+                raise RayConnectionError(
+                    f"the Ray cluster at {address} did not answer within the connect timeout"
+                ) from None
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 raise RayConnectionError(f"{address} is a gRPC server but not a Ray GCS") from None
             details = e.details() if hasattr(e, "details") else str(e)
-            raise RayConnectionError(f"cannot use the Ray cluster at {address}: {code.name if code else 'error'}: {details}") from None
+            raise RayConnectionError(
+                f"cannot use the Ray cluster at {address}: {code.name if code else 'error'}: {details}"
+            ) from None
         if reply.status.code != 0:  # the GCS answered with an error of its own (e.g. not found: an old cluster)
             return
         try:
@@ -128,7 +146,8 @@ def _check_gcs(address: str, end: float) -> None:
         theirs = (meta.get("ray_version"), meta.get("python_version"))
         if theirs[0] and theirs[0] != mine[0] or theirs[1] and theirs[1].split(".")[:2] != mine[1].split(".")[:2]:
             raise RayConnectionError(
-                f"version mismatch with the Ray cluster at {address}: the cluster runs Ray {theirs[0]} on Python {theirs[1]}, "
+                f"version mismatch with the Ray cluster at {address}: the cluster runs Ray {theirs[0]} on "
+                f"Python {theirs[1]}, "
                 f"this client Ray {mine[0]} on Python {mine[1]} (install the cluster's versions here)"
             )
     finally:

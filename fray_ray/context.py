@@ -145,7 +145,9 @@ class RayJobContext(JobContext):
                 except ValueError:
                     pass
                 else:
-                    raise ValueError(f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it")
+                    raise ValueError(
+                        f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it"
+                    )
         if not preemptible:
             opts["resources"] = {self.non_preemptible_resource: 0.001}
         return ray.remote(cls).options(**opts).remote(*args, **kwargs)

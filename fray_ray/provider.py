@@ -63,7 +63,15 @@ from fray_core.provider import (
 from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
-from fray_ray._host import HostConfig, HostPreemptedError, HostProcess, TpuBusyError, host_payload, run_host, signal_host
+from fray_ray._host import (
+    HostConfig,
+    HostPreemptedError,
+    HostProcess,
+    TpuBusyError,
+    host_payload,
+    run_host,
+    signal_host,
+)
 from fray_ray.scheduler import SchedulerClient, job_label, missing_slices
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
@@ -154,7 +162,9 @@ def discover_slices(nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
         res = n.get("Resources") or {}
         name = labels.get(SLICE_NAME_LABEL)
         if name and labels.get(POD_TYPE_LABEL):
-            s = found.setdefault(name, {"hosts": {}, "head": "", "labelled": True, "tpu": 0.0, "pod": "", "topology": None})
+            s = found.setdefault(
+                name, {"hosts": {}, "head": "", "labelled": True, "tpu": 0.0, "pod": "", "topology": None}
+            )
             wid = labels.get(WORKER_ID_LABEL)
             s["hosts"][nid] = wid
             s["pod"] = s["pod"] or normalize_tpu_type(labels[POD_TYPE_LABEL])
@@ -178,10 +188,18 @@ def discover_slices(nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
         for nid, res in unlabelled:
             heads = [m.group(1) for key in res if (m := _HEAD_RESOURCE.match(key))]
             names = sorted(
-                (k for k, v in res.items() if _is_slice_resource(k, v) and k not in found and on_heads[k] == 1), key=lambda k: (-counts[k], k)
+                (k for k, v in res.items() if _is_slice_resource(k, v) and k not in found and on_heads[k] == 1),
+                key=lambda k: (-counts[k], k),
             )
             if heads and names:
-                found[names[0]] = {"hosts": {nid: "0"}, "head": nid, "labelled": False, "tpu": float(res["TPU"]), "pod": normalize_tpu_type(heads[0]), "topology": None}
+                found[names[0]] = {
+                    "hosts": {nid: "0"},
+                    "head": nid,
+                    "labelled": False,
+                    "tpu": float(res["TPU"]),
+                    "pod": normalize_tpu_type(heads[0]),
+                    "topology": None,
+                }
         for nid, res in unlabelled:
             if any(nid in s["hosts"] for s in found.values()):
                 continue
@@ -284,7 +302,9 @@ class RaySliceProvider(SliceProvider):
         submitted_at: float | None = None,
     ) -> None:
         self.job_id = job_id
-        self.scheduler = scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
+        self.scheduler = (
+            scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
+        )
         self.queue_ttl = queue_ttl
         self.submitted_at = submitted_at  # the job's place in the scheduler's line (first come, first served)
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
@@ -320,7 +340,10 @@ class RaySliceProvider(SliceProvider):
         if resources.preemptible:
             return {}
         if self.non_preemptible_tpu_label is None:  # RayCluster.launch refuses this; a direct caller gets it here
-            raise Unschedulable("preemptible=False: no non-preemptible TPU capacity is configured (non_preemptible_tpu_label)", permanent=True)
+            raise Unschedulable(
+                "preemptible=False: no non-preemptible TPU capacity is configured (non_preemptible_tpu_label)",
+                permanent=True,
+            )
         key, _, value = self.non_preemptible_tpu_label.partition("=")
         return {key.strip(): value.strip()}
 
@@ -400,9 +423,23 @@ class RaySliceProvider(SliceProvider):
         now and the slices not to take, or why the job waits. ``members``: each slice's node ids (its
         hardware, which quarantine is keyed by)."""
         answer = self.scheduler.call(
-            "acquire", self.job_id, self._pool(spec_name, label), spec_name, list(counts), alive, free, holders, self.queue_ttl, incomplete, self.submitted_at, members
+            "acquire",
+            self.job_id,
+            self._pool(spec_name, label),
+            spec_name,
+            list(counts),
+            alive,
+            free,
+            holders,
+            self.queue_ttl,
+            incomplete,
+            self.submitted_at,
+            members,
         )
-        message = f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, {len(alive) - len(free)} busy"
+        message = (
+            f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, "
+            f"{len(alive) - len(free)} busy"
+        )
         if answer is None:  # no scheduler answered: no queue this round, capacity decides
             fitting = [c for c in counts if c <= len(free)]
             if fitting:
@@ -429,7 +466,9 @@ class RaySliceProvider(SliceProvider):
         spec = get_tpu_spec(tpu_type)
         view = self._view(spec.name, self._job_label, holders=False, topology=self._topology)
         free = view.free
-        answer = self.scheduler.call("free_for", self.job_id, self._pool(spec.name, self._job_label), free, _members(view))
+        answer = self.scheduler.call(
+            "free_for", self.job_id, self._pool(spec.name, self._job_label), free, _members(view)
+        )
         return len(free) if answer is None else int(answer)
 
     @staticmethod
@@ -437,7 +476,9 @@ class RaySliceProvider(SliceProvider):
         """The scheduler's queue for slices of this type with this label."""
         return spec_name + "".join(f";{k}={v}" for k, v in sorted(label.items()))
 
-    def _acquire_tpu(self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]) -> list[SliceLease]:
+    def _acquire_tpu(
+        self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]
+    ) -> list[SliceLease]:
         spec = get_tpu_spec(tpu.type)
         asked = "/".join(map(str, counts))
         kind = f"{spec.name} labelled {self.non_preemptible_tpu_label} (non-preemptible)" if label else spec.name
@@ -464,9 +505,13 @@ class RaySliceProvider(SliceProvider):
             time.sleep(TRANSIT_STEP)
         count, exclude = admitted
         if any(not view.slices[n].labelled for n in free):
-            leases = self._claim_by_resources(spec.name, count, deadline, [n for n in free if n not in exclude], len(free), total, view)
+            leases = self._claim_by_resources(
+                spec.name, count, deadline, [n for n in free if n not in exclude], len(free), total, view
+            )
         else:
-            leases = self._claim(spec.name, count, deadline, label, exclude + view.mismatched, len(free), total, view.nodes, view.slices)
+            leases = self._claim(
+                spec.name, count, deadline, label, exclude + view.mismatched, len(free), total, view.nodes, view.slices
+            )
         self.scheduler.notify("claimed", self.job_id)
         return leases
 
@@ -520,7 +565,8 @@ class RaySliceProvider(SliceProvider):
                 # the scheduler admitted us, so the slices exist: another claim got there first (the queue
                 # only orders, placement groups decide); we keep our place in line
                 raise Unschedulable(
-                    f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster has: {free} free, {total - free} busy",
+                    f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster "
+                    f"has: {free} free, {total - free} busy",
                     held=True,
                     reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
                 )
@@ -533,19 +579,27 @@ class RaySliceProvider(SliceProvider):
                     raise Unschedulable(f"a {spec.name} slice head has no {SLICE_NAME_LABEL} label (node {head_node})")
                 names.append(name)
                 head_nodes.append(head_node)
-            tpu = [(slices[n].tpu_per_host if slices and n in slices else 0.0) or _tpu_per_host(spec.chips_per_host) for n in names]
+            tpu = [
+                (slices[n].tpu_per_host if slices and n in slices else 0.0) or _tpu_per_host(spec.chips_per_host)
+                for n in names
+            ]
             workers = [
                 placement_group(
                     [{"TPU": tpu[i]}] * spec.hosts,
                     strategy="SPREAD",
-                    bundle_label_selector=[{SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h), **label} for h in range(spec.hosts)],
+                    bundle_label_selector=[
+                        {SLICE_NAME_LABEL: name, WORKER_ID_LABEL: str(h), **label} for h in range(spec.hosts)
+                    ],
                     name=f"fray-{self.job_id}-{name}-{next(self._pg_seq)}",
                 )
                 for i, name in enumerate(names)
             ]
             groups.extend(workers)
             if not self._ready(workers, wait_until, held=heads):
-                raise Unschedulable(f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not become free in time")
+                raise Unschedulable(
+                    f"asked: {count} x {spec.name}; claimed {', '.join(names)} but their hosts did not "
+                    f"become free in time"
+                )
         except BaseException:
             _Reservation(groups).remove()
             raise
@@ -556,7 +610,11 @@ class RaySliceProvider(SliceProvider):
             addrs = tuple(node(nid).get("NodeManagerAddress", "") for nid in hosts)
             held = frozenset(bundle_nodes.values()) | {head_node}
             res = _Reservation([worker, head], nodes=held, host_nodes=hosts, tpu_per_host=amount)
-            leases.append(SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, worker)))
+            leases.append(
+                SliceLease(
+                    name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, worker)
+                )
+            )
         return leases
 
     def _claim_by_resources(
@@ -570,19 +628,25 @@ class RaySliceProvider(SliceProvider):
             raise Unschedulable(
                 f"asked: {count} x {spec.name}; cluster has: {free} free, {total - free} busy",
                 held=True,
-                reason=f"claiming {count} x {spec.name}: only {len(candidates)} free slice(s) may be taken now; retrying",
+                reason=f"claiming {count} x {spec.name}: only {len(candidates)} free slice(s) may be taken now; "
+                f"retrying",
             )
         wait_until = max(deadline, time.monotonic() + RESERVE_GRACE)
         names = candidates[:count]
         groups = []
         for name in names:
             tpu = view.slices[name].tpu_per_host or _tpu_per_host(spec.chips_per_host)
-            bundles = [{"TPU": tpu, spec.head_resource: 1.0, name: 0.001}] + [{"TPU": tpu, name: 0.001}] * (spec.hosts - 1)
-            groups.append(placement_group(bundles, strategy="STRICT_SPREAD", name=f"fray-{self.job_id}-head-{next(self._pg_seq)}"))
+            bundles = [{"TPU": tpu, spec.head_resource: 1.0, name: 0.001}] + [{"TPU": tpu, name: 0.001}] * (
+                spec.hosts - 1
+            )
+            groups.append(
+                placement_group(bundles, strategy="STRICT_SPREAD", name=f"fray-{self.job_id}-head-{next(self._pg_seq)}")
+            )
         try:
             if not self._ready(groups, wait_until):
                 raise Unschedulable(
-                    f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster has: {free} free, {total - free} busy",
+                    f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster "
+                    f"has: {free} free, {total - free} busy",
                     held=True,
                     reason=f"claiming {count} x {spec.name}: free slices were taken by another job meanwhile; retrying",
                 )
@@ -598,7 +662,9 @@ class RaySliceProvider(SliceProvider):
                 nodes = _node_table()
             addrs = tuple(nodes.get(h, {}).get("NodeManagerAddress", "") for h in hosts)
             res = _Reservation([pg], nodes=frozenset(hosts), host_nodes=hosts, tpu_per_host=bundles[0]["TPU"])
-            leases.append(SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, pg)))
+            leases.append(
+                SliceLease(name=name, device_type=spec.name, hosts=spec.hosts, host_addresses=addrs, handle=(res, pg))
+            )
         return leases
 
     def _acquire_gang(self, resources: ResourceConfig, deadline: float) -> SliceLease:
@@ -610,7 +676,9 @@ class RaySliceProvider(SliceProvider):
             if self._pending_gang is None or self._pending_gang[0] != key:
                 if self._pending_gang is not None:
                     _Reservation([self._pending_gang[1]]).remove()
-                pg = placement_group([dict(bundle)] * n, strategy="PACK", name=f"fray-{self.job_id}-gang-{next(self._pg_seq)}")
+                pg = placement_group(
+                    [dict(bundle)] * n, strategy="PACK", name=f"fray-{self.job_id}-gang-{next(self._pg_seq)}"
+                )
                 self._pending_gang = (key, pg)
             pg = self._pending_gang[1]
         if not self._ready([pg], deadline):
@@ -623,7 +691,13 @@ class RaySliceProvider(SliceProvider):
         bn = _bundle_nodes(pg)
         addrs = tuple(nodes.get(bn.get(i, ""), {}).get("NodeManagerAddress", "") for i in range(n))
         kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
-        return SliceLease(name="ray", device_type=kind, hosts=n, host_addresses=addrs, handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg))
+        return SliceLease(
+            name="ray",
+            device_type=kind,
+            hosts=n,
+            host_addresses=addrs,
+            handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg),
+        )
 
     def _gang_bundle(self, resources: ResourceConfig) -> dict[str, float]:
         bundle: dict[str, float] = {}
@@ -664,7 +738,9 @@ class RaySliceProvider(SliceProvider):
             res.remove()
         # Not a lost slice's groups: its nodes keep showing their resources until Ray declares them dead
         # (seconds), and nobody gets that slice back anyway (waiting for them cost every recovery ~4 s).
-        self._released.update(pg.id.hex() for res in removed if res.lost is None and not res.node_died for pg in res.groups)
+        self._released.update(
+            pg.id.hex() for res in removed if res.lost is None and not res.node_died for pg in res.groups
+        )
 
     def _await_released(self) -> None:
         """Before this job claims again (a retry, an elastic resize): wait, at most ``RELEASE_TIMEOUT``,
@@ -674,7 +750,12 @@ class RaySliceProvider(SliceProvider):
         end = time.monotonic() + RELEASE_TIMEOUT
         while pending:
             # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``
-            present = {name.rsplit("_", 1)[-1] for node in total_resources_per_node().values() for name in node if "_group_" in name}
+            present = {
+                name.rsplit("_", 1)[-1]
+                for node in total_resources_per_node().values()
+                for name in node
+                if "_group_" in name
+            }
             pending &= present
             if not pending or time.monotonic() >= end:
                 return
@@ -689,7 +770,9 @@ class RaySliceProvider(SliceProvider):
                 self._pending_gang = None
         self.scheduler.call("leave", self.job_id)
         try:  # the hosts' heartbeats (see heartbeats)
-            ray._private.worker.global_worker.gcs_client.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
+            ray._private.worker.global_worker.gcs_client.internal_kv_del(
+                f"fray-hb:{self.job_id}:".encode(), True, b"fray"
+            )
         except Exception:
             pass
 
@@ -723,7 +806,11 @@ class RaySliceProvider(SliceProvider):
         key = (id(entrypoint), attempt)
         if self._entry is None or self._entry[0] != key:
             pre = self._entry_bytes
-            data = pre[1].result() if pre is not None and pre[0] == id(entrypoint) else cloudpickle.dumps(host_payload(entrypoint))
+            data = (
+                pre[1].result()
+                if pre is not None and pre[0] == id(entrypoint)
+                else cloudpickle.dumps(host_payload(entrypoint))
+            )
             self._entry = (key, data if len(data) <= INLINE_ENTRY_LIMIT else ray.put(data))
         return self._entry[1]
 
@@ -755,7 +842,9 @@ class RaySliceProvider(SliceProvider):
             tag, where = f"a{attempt} r{h}", f"replica {h}"
             opts = self._gang_task_options(pg, h)
         env = dict(spec.env)
-        env.setdefault("FRAY_CLUSTER_SPEC", "ray")  # tasks inside the job use Ray's job context, unless the user set one
+        env.setdefault(
+            "FRAY_CLUSTER_SPEC", "ray"
+        )  # tasks inside the job use Ray's job context, unless the user set one
         env["FRAY_NOTICE_FILE"] = self._notice_file(attempt)  # where preemption_notice() reads the deadline
         ref = _host_task.options(
             max_retries=0,
@@ -792,7 +881,11 @@ class RaySliceProvider(SliceProvider):
             elif any(n in draining for n in res.nodes):
                 ms = [draining[n] for n in res.nodes if n in draining and draining[n] > 0]
                 deadline = min(ms) / 1000.0 if ms else time.time() + NOTICE_DEFAULT_GRACE
-                out.append(LeaseHealth.draining(deadline, f"Ray drains {len([n for n in res.nodes if n in draining])} node(s) for preemption"))
+                out.append(
+                    LeaseHealth.draining(
+                        deadline, f"Ray drains {len([n for n in res.nodes if n in draining])} node(s) for preemption"
+                    )
+                )
             else:
                 out.append(LeaseHealth.intact())
         return out
@@ -894,7 +987,11 @@ class RaySliceProvider(SliceProvider):
     @staticmethod
     def _check_health(leases: Any) -> None:
         """Mark leases whose placement group left CREATED or whose node died (Ray's own state, no text)."""
-        todo = [lease for lease in leases if lease.handle is not None and lease.handle[0].lost is None and not lease.handle[0].removed]
+        todo = [
+            lease
+            for lease in leases
+            if lease.handle is not None and lease.handle[0].lost is None and not lease.handle[0].removed
+        ]
         if not todo:
             return
         alive = set(_node_table())
@@ -907,7 +1004,9 @@ class RaySliceProvider(SliceProvider):
             for pg in res.groups:
                 state = placement_group_table(pg).get("state")
                 if state != "CREATED":
-                    res.lost = f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
+                    res.lost = (
+                        f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
+                    )
                     break
 
     def _outcome(self, run: HostRun) -> HostOutcome:
@@ -922,11 +1021,15 @@ class RaySliceProvider(SliceProvider):
                 run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
                 self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy", _host_node(run))
-            if isinstance(cause, (HostPreemptedError, HostPreempted, *PREEMPTION_ERRORS)) and not (task.stopping and not isinstance(cause, _NODE_LOST)):
+            if isinstance(cause, (HostPreemptedError, HostPreempted, *PREEMPTION_ERRORS)) and not (
+                task.stopping and not isinstance(cause, _NODE_LOST)
+            ):
                 return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(cause).__name__}: {cause}")
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
-            return HostOutcome(run, HostOutcomeKind.FAILED, error=f"{type(cause).__name__}: {cause}\n{_traceback_of(e)}")
+            return HostOutcome(
+                run, HostOutcomeKind.FAILED, error=f"{type(cause).__name__}: {cause}\n{_traceback_of(e)}"
+            )
         except PREEMPTION_ERRORS as e:
             if isinstance(e, _NODE_GONE):
                 run.lease.handle[0].node_died = True
@@ -934,7 +1037,9 @@ class RaySliceProvider(SliceProvider):
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
         except rex.GetTimeoutError as e:
-            return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}")
+            return HostOutcome(
+                run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}"
+            )
         except rex.RayError as e:  # runtime env setup, unschedulable task...: infrastructure of this attempt
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
@@ -995,7 +1100,9 @@ def _tpu_per_host(chips: int) -> float:
 def _lease_tpu(lease: SliceLease) -> float:
     """The ``TPU`` resource a host task of ``lease`` asks for: the whole host's, as its slice showed it."""
     res = lease.handle[0] if lease.handle is not None else None
-    return (res.tpu_per_host if res is not None else 0.0) or _tpu_per_host(get_tpu_spec(lease.device_type).chips_per_host)
+    return (res.tpu_per_host if res is not None else 0.0) or _tpu_per_host(
+        get_tpu_spec(lease.device_type).chips_per_host
+    )
 
 
 def _host_node(run: HostRun) -> str:
@@ -1008,7 +1115,9 @@ def _draining_nodes() -> dict[str, int]:
     """Node id (hex) -> drain deadline (ms since the epoch, 0: none) of the nodes Ray is draining."""
     try:
         gcs = ray._private.worker.global_worker.gcs_client
-        return {(k.hex() if hasattr(k, "hex") else str(k)): int(v) for k, v in gcs.get_draining_nodes(timeout=5).items()}
+        return {
+            (k.hex() if hasattr(k, "hex") else str(k)): int(v) for k, v in gcs.get_draining_nodes(timeout=5).items()
+        }
     except Exception:
         return {}  # cannot tell: no notice (a lost node is still seen through the node table)
 
@@ -1028,4 +1137,3 @@ def _traceback_of(e: rex.RayTaskError) -> str:
 
 def _first_lines(text: str, n: int = 3) -> str:
     return "\n".join(text.strip().splitlines()[:n])
-

@@ -57,7 +57,9 @@ def missing_slices(alive: int, seen: int, incomplete: Sequence[str] = ()) -> lis
 class Scheduler:
     """Actor body (see module doc). ``quarantine_*``: see ``RayCluster``; the first client's values apply."""
 
-    def __init__(self, quarantine_after: int = 2, quarantine_window: float = 3600.0, quarantine_for: float = 1800.0) -> None:
+    def __init__(
+        self, quarantine_after: int = 2, quarantine_window: float = 3600.0, quarantine_for: float = 1800.0
+    ) -> None:
         self._queues: dict[str, FairQueue] = {}
         self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name="fray-scheduler")
         self._seen: dict[str, int] = {}  # per pool: the most slices ever seen alive
@@ -65,7 +67,9 @@ class Scheduler:
         # TPU_NAME but is a new node), by the slice name only when a caller did not say the node.
         self._hosts: dict[str, tuple[str, int]] = {}  # quarantine key -> (slice name, host index)
 
-    def _quarantined(self, alive: Sequence[str], members: dict[str, Sequence[str]] | None, now: float) -> dict[str, str]:
+    def _quarantined(
+        self, alive: Sequence[str], members: dict[str, Sequence[str]] | None, now: float
+    ) -> dict[str, str]:
         """The ``alive`` slices in quarantine now -> their quarantine key: a slice whose hardware (one of
         its ``members`` node ids) failed, or one quarantined by name."""
         active = self._quarantine.active(now)
@@ -74,7 +78,9 @@ class Scheduler:
         keys = set(active)
         out = {}
         for name in alive:
-            hit = [k for k in (members or {}).get(name, ()) if k in keys] or ([name] if name in keys and name not in self._hosts else [])
+            hit = [k for k in (members or {}).get(name, ()) if k in keys] or (
+                [name] if name in keys and name not in self._hosts else []
+            )
             if hit:
                 out[name] = hit[0]
         return out
@@ -127,7 +133,9 @@ class Scheduler:
         )
         return {"held": held, "reason": reason}
 
-    async def free_for(self, job_id: str, pool: str, free: Sequence[str], members: dict[str, Sequence[str]] | None = None) -> int:
+    async def free_for(
+        self, job_id: str, pool: str, free: Sequence[str], members: dict[str, Sequence[str]] | None = None
+    ) -> int:
         """Of the pool's ``free`` slices, how many ``job_id`` could take now: not quarantined and not
         reserved for a job waiting in line (every waiter is ahead of a job not in line). What an elastic
         job grows into."""
@@ -173,8 +181,13 @@ class Scheduler:
         active = self._quarantine.active(now)
         return {
             "queues": {pool: q.members(now) for pool, q in self._queues.items()},
-            "quarantined": {self._hosts.get(k, (k, 0))[0]: self._quarantine.reason(k, name=self._hosts.get(k, (k, 0))[0]) for k in active},
-            "quarantined_hosts": {k: f"{self._hosts[k][0]} host {self._hosts[k][1]}" for k in active if k in self._hosts},
+            "quarantined": {
+                self._hosts.get(k, (k, 0))[0]: self._quarantine.reason(k, name=self._hosts.get(k, (k, 0))[0])
+                for k in active
+            },
+            "quarantined_hosts": {
+                k: f"{self._hosts[k][0]} host {self._hosts[k][1]}" for k in active if k in self._hosts
+            },
         }
 
 

@@ -46,6 +46,7 @@ def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
     """What a scheduler client depends on, from a job's (or a warm-up's) settings."""
     return (settings["namespace"], settings["non_preemptible_resource"], tuple(settings["quarantine"]))
 
+
 __all__ = ["JobSupervisor", "WAIT_GROUP", "WAIT_THREADS", "supervisor_name"]
 
 STANDBY_IDLE_TIMEOUT = 600.0  # seconds a warm supervisor waits for a job before it removes itself
@@ -100,7 +101,9 @@ class JobSupervisor:
         else:
             threading.Thread(target=self._expire, args=(idle_timeout,), daemon=True, name="fray-standby-expiry").start()
             if warm is not None:
-                self._warming = threading.Thread(target=self._warm_up, args=(warm,), daemon=True, name="fray-standby-warm-up")
+                self._warming = threading.Thread(
+                    target=self._warm_up, args=(warm,), daemon=True, name="fray-standby-warm-up"
+                )
                 self._warming.start()
 
     def _warm_up(self, warm: dict[str, Any]) -> None:
@@ -158,11 +161,16 @@ class JobSupervisor:
     def _start_failed(self, job_id: str, settings: dict[str, Any], error: BaseException) -> None:
         """The job could not start: say why where every client looks (the record if the store works from
         here, and Ray's KV store, which ``RayCluster.poll`` reads for a job whose supervisor is gone), exit."""
-        reason = f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store {settings.get('jobs_dir')!r}, as the cluster's head sees it)"
+        reason = (
+            f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store "
+            f"{settings.get('jobs_dir')!r}, as the cluster's head sees it)"
+        )
         try:
             from ray.experimental import internal_kv
 
-            internal_kv._internal_kv_put(start_error_key(job_id), reason.encode(), overwrite=True, namespace=settings.get("namespace", "fray"))
+            internal_kv._internal_kv_put(
+                start_error_key(job_id), reason.encode(), overwrite=True, namespace=settings.get("namespace", "fray")
+            )
         except Exception:
             pass  # the client calls the supervisor gone after its grace instead
         try:
@@ -200,10 +208,20 @@ class JobSupervisor:
                 sys.path.insert(0, p)
         self.settings = settings
         warm_store: JobStore | None = getattr(self, "_warm_store", None)
-        self.store = warm_store if warm_store is not None and warm_store.root == settings["jobs_dir"] else JobStore(settings["jobs_dir"])
-        self.store.read(job_id)  # the client wrote it: not found means this is not the client's store (nothing made here)
+        self.store = (
+            warm_store
+            if warm_store is not None and warm_store.root == settings["jobs_dir"]
+            else JobStore(settings["jobs_dir"])
+        )
+        self.store.read(
+            job_id
+        )  # the client wrote it: not found means this is not the client's store (nothing made here)
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
-        log_path = self.store.log_path(job_id) if self.store.is_local else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
+        log_path = (
+            self.store.log_path(job_id)
+            if self.store.is_local
+            else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
+        )
         self.log = LogSink(log_path)
         owner = _owner(self.name, settings)
         try:

@@ -33,13 +33,20 @@ from typing import Any
 import attrs
 
 from fray_core.runner import RetryPolicy
-from fray_core.types import JobStatus
 from fray_core.tpu import get_tpu_spec
+from fray_core.types import JobStatus
 
 __all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
 
 #: Short backoff and deadlines, so tests of retries do not wait for production timings.
-FAST_RAY_POLICY = RetryPolicy(backoff_initial=0.2, backoff_max=2.0, schedule_timeout=120.0, poll_interval=0.25, cancel_grace=10.0, host_start_timeout=60.0)
+FAST_RAY_POLICY = RetryPolicy(
+    backoff_initial=0.2,
+    backoff_max=2.0,
+    schedule_timeout=120.0,
+    poll_interval=0.25,
+    cancel_grace=10.0,
+    host_start_timeout=60.0,
+)
 
 _GIB = 1024**3
 LEAK_GRACE = 10.0  # seconds cleanup() gives placement groups to go before it calls them left behind
@@ -49,7 +56,13 @@ LEAK_GRACE = 10.0  # seconds cleanup() gives placement groups to go before it ca
 # address is then still backing off after its failed reconnects, so every health check of the new node fails
 # at once and the head declares it dead within seconds ("mistakenly been marked as dead", seen in CI after a
 # restore): a slice with a host missing, forever. Real hosts have their own addresses.
-_PORTS_PER_NODE = ("node_manager_port", "object_manager_port", "metrics_agent_port", "metrics_export_port", "runtime_env_agent_port")
+_PORTS_PER_NODE = (
+    "node_manager_port",
+    "object_manager_port",
+    "metrics_agent_port",
+    "metrics_export_port",
+    "runtime_env_agent_port",
+)
 _PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999), which the kernel hands out itself
 _used_ports: set[int] = set()
 _port_lock = threading.Lock()
@@ -137,7 +150,9 @@ class FakeTpuCluster:
     _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
     labels: bool = True  # new slices carry the ray.io/tpu-* labels (False: resources only)
 
-    def add_slice(self, tpu_type: str, wait: bool = True, tries: int = 1, name: str | None = None, labels: bool | None = None) -> str:
+    def add_slice(
+        self, tpu_type: str, wait: bool = True, tries: int = 1, name: str | None = None, labels: bool | None = None
+    ) -> str:
         """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name.
 
         ``tries`` (with ``wait``): on a loaded machine a new raylet can die at start-up (its node agent
@@ -167,7 +182,10 @@ class FakeTpuCluster:
                 self.ray_cluster._shutdown_at_exit = main
                 try:
                     for w in range(spec.hosts):
-                        args = {**tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels), **_fresh_ports()}
+                        args = {
+                            **tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels),
+                            **_fresh_ports(),
+                        }
                         # each host its own runtime_env files (a job's shipped code), as on its own disk: a
                         # removed node's agent deletes what it unpacked, which other hosts would be using
                         args["runtime_env_dir_name"] = f"runtime_resources_{name}_h{w}_{next(_env_dirs)}"
@@ -245,7 +263,9 @@ class FakeTpuCluster:
         gcs = ray._private.worker.global_worker.gcs_client
         reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
         for node in nodes:
-            accepted, why = gcs.drain_node(node.node_id, reason, f"{slice_name} preempted in {grace:g} s", int(deadline * 1000))
+            accepted, why = gcs.drain_node(
+                node.node_id, reason, f"{slice_name} preempted in {grace:g} s", int(deadline * 1000)
+            )
             if not accepted:
                 raise RuntimeError(f"drain: Ray rejected draining {node.node_id[:12]} of {slice_name}: {why}")
 
@@ -296,7 +316,11 @@ class FakeTpuCluster:
                     done.append(f"  terminate {info.job_id}: {type(e).__name__}: {e}")
 
         def groups() -> dict[str, str]:
-            return {pg["name"]: pg["state"] for pg in placement_group_table().values() if (pg.get("name") or "").startswith("fray-") and pg.get("state") != "REMOVED"}
+            return {
+                pg["name"]: pg["state"]
+                for pg in placement_group_table().values()
+                if (pg.get("name") or "").startswith("fray-") and pg.get("state") != "REMOVED"
+            }
 
         settle = time.monotonic() + LEAK_GRACE  # a group removed at the job's end may still be on its way out
         while groups() and time.monotonic() < settle:
@@ -352,7 +376,11 @@ class FakeTpuCluster:
             time.sleep(0.2)
         dead = {n["NodeID"] for n in nodes if not n.get("Alive")}
         with self._lock:
-            broken = [(name, self._types[name]) for name, hosts in self._nodes.items() if any(h.node_id in dead for h in hosts)]
+            broken = [
+                (name, self._types[name])
+                for name, hosts in self._nodes.items()
+                if any(h.node_id in dead for h in hosts)
+            ]
         for name, tpu_type in broken:
             print(f"fake_tpu_cluster: slice {name} lost a host it was not told to lose; replacing it", file=sys.stderr)
             self.preempt(name, restore_after=None)
@@ -418,13 +446,21 @@ def fake_tpu_cluster(
         "_system_config": system_config,
     }
     rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
-    fake = FakeTpuCluster(ray_cluster=rc, cluster=None, address=rc.address, state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"), labels=labels)
+    fake = FakeTpuCluster(
+        ray_cluster=rc,
+        cluster=None,
+        address=rc.address,
+        state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"),
+        labels=labels,
+    )
     try:
         for tpu_type, count in slices.items():
             for _ in range(count):
                 fake.add_slice(tpu_type, wait=False)
         rc.wait_for_nodes(timeout=120)
-        fake.cluster = RayCluster(address=rc.address, namespace=namespace, retry_policy=retry_policy or FAST_RAY_POLICY, jobs_dir=jobs_dir)
+        fake.cluster = RayCluster(
+            address=rc.address, namespace=namespace, retry_policy=retry_policy or FAST_RAY_POLICY, jobs_dir=jobs_dir
+        )
         yield fake
     finally:
         fake._closed.set()

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.05
+) -> Any:
     """Poll ``predicate`` until it returns something truthy (returned), or fail after ``timeout`` seconds.
 
     For state owned by other processes (marker files, job records, Ray), where no event can be awaited.
@@ -33,12 +35,16 @@ def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int = 0) -
     assert {r["FRAY_ATTEMPT"] for r in result} == {str(attempt)}
     assert len({r["pid"] for r in result}) == len(result)  # one process per host
     for s in range(n_slices):
-        assert len({r["TPU_NAME"] for r in result[hosts_per_slice * s : hosts_per_slice * (s + 1)]}) == 1  # both hosts on the same slice
+        assert (
+            len({r["TPU_NAME"] for r in result[hosts_per_slice * s : hosts_per_slice * (s + 1)]}) == 1
+        )  # both hosts on the same slice
     assert len({r["TPU_NAME"] for r in result}) == n_slices
     if n_slices == 1:
         assert not any(k.startswith("MEGASCALE_") for r in result for k in r)
     else:
         assert len({r["MEGASCALE_COORDINATOR_ADDRESS"] for r in result}) == 1
         assert {r["MEGASCALE_NUM_SLICES"] for r in result} == {str(n_slices)}
-        assert [r["MEGASCALE_SLICE_ID"] for r in result] == [str(s) for s in range(n_slices) for _ in range(hosts_per_slice)]
+        assert [r["MEGASCALE_SLICE_ID"] for r in result] == [
+            str(s) for s in range(n_slices) for _ in range(hosts_per_slice)
+        ]
         assert {r["MEGASCALE_PORT"] for r in result} == {"8081"}

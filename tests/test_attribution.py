@@ -62,7 +62,11 @@ def test_a_lost_slice_never_costs_the_failure_budget_whatever_order_the_outcomes
 
     def script(attempt: int, s: int, h: int) -> HostScript:
         if attempt == 0:
-            return HANG if s == 1 else HostScript("FAILED", after=loss + sibling_after, error="RuntimeError: collective failed")
+            return (
+                HANG
+                if s == 1
+                else HostScript("FAILED", after=loss + sibling_after, error="RuntimeError: collective failed")
+            )
         return HostScript("SUCCEEDED", after=1.0)
 
     plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=loss)])
@@ -73,9 +77,11 @@ def test_a_lost_slice_never_costs_the_failure_budget_whatever_order_the_outcomes
     first = runner.info.attempts[0]
     assert "v4-16-1" in (first.cause or "")
     # bounded: attempt 0 ends at the latest when the loss is detected and the siblings were collected
-    assert first.ended_at is not None and first.ended_at - provider.clock.WALL_EPOCH <= loss + max(
-        delay, sibling_after
-    ) + POLICY.cancel_grace + POLICY.poll_interval
+    assert (
+        first.ended_at is not None
+        and first.ended_at - provider.clock.WALL_EPOCH
+        <= loss + max(delay, sibling_after) + POLICY.cancel_grace + POLICY.poll_interval
+    )
 
 
 @SETTINGS
@@ -145,7 +151,9 @@ def test_a_notice_stops_every_host_gracefully_until_the_deadline_and_the_next_at
     provider.clock.call_later(at, provider.notify_preemption, "v4-16-1", grace, 600.0)  # back 10 min after
     runner = run(provider, request(failures=0))
     assert outcomes(runner) == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
-    assert runner.info.failures == 0 and "preemption notice: slice v4-16-1 draining" in (runner.info.attempts[0].cause or "")
+    assert runner.info.failures == 0 and "preemption notice: slice v4-16-1 draining" in (
+        runner.info.attempts[0].cause or ""
+    )
     # every host of the job (both slices) was told the deadline and given the grace until it
     [(when, deadline, hosts)] = provider.notices
     assert hosts == 4 and deadline == pytest.approx(provider.clock.WALL_EPOCH + at + grace, abs=POLICY.poll_interval)
@@ -171,7 +179,9 @@ def test_a_host_that_fails_after_a_notice_still_ends_the_attempt_preempted() -> 
 
 @SETTINGS
 @given(progress=st.floats(1.0, 50.0).map(lambda x: round(x, 1)), timeout=st.sampled_from([5.0, 30.0]))
-def test_a_stall_after_progress_ends_the_attempt_stalled_within_the_timeout_with_stacks(progress: float, timeout: float) -> None:
+def test_a_stall_after_progress_ends_the_attempt_stalled_within_the_timeout_with_stacks(
+    progress: float, timeout: float
+) -> None:
     print(f"hosts beat every 1 s for {progress} s, then hang; stall_timeout={timeout}")
 
     def script(a: int, s: int, h: int) -> HostScript:
@@ -294,7 +304,9 @@ def test_chaos_of_losses_notices_failures_and_stalls_keeps_the_invariants(seed: 
     a0 = info.attempts[0]
     first = min(t for t in (loss, notice, fail, stall + 10.0 if stall is not None else None) if t is not None)
     # bounded: attempt 0 ends within the detection time, a notice's grace and collecting the hosts of its first event
-    assert (a0.ended_at or 0) - a0.started_at <= first + max(delay, 20.0) + POLICY.cancel_grace + 2 * POLICY.poll_interval
+    assert (a0.ended_at or 0) - a0.started_at <= first + max(
+        delay, 20.0
+    ) + POLICY.cancel_grace + 2 * POLICY.poll_interval
     if loss is not None and (fail is None or loss < fail):
         assert a0.outcome is not AttemptOutcome.FAILED, a0.cause
     if loss is None and notice is None:

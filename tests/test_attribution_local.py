@@ -114,7 +114,9 @@ def noticed(flags: str, mode: str) -> str:
 
 
 @pytest.mark.parametrize("mode", ["exit 1", "no handler", "hang"])
-def test_a_notice_gives_every_host_sigterm_and_the_deadline_then_preempted_on_other_capacity(tmp_path: Path, mode: str) -> None:
+def test_a_notice_gives_every_host_sigterm_and_the_deadline_then_preempted_on_other_capacity(
+    tmp_path: Path, mode: str
+) -> None:
     grace = 3.0
     flags = tmp_path / "flags"
     flags.mkdir()
@@ -209,7 +211,9 @@ def test_a_known_device_fault_signature_is_a_preemption_counted_towards_quaranti
     try:
         info = cluster.wait(cluster.launch(request(says_tpu_in_use, str(tmp_path), max_retries_failure=0)), timeout=60)
         assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
-        assert info.failures == 0 and "DeviceFault: device busy (TPU is already in use) on v4-16-0 host 1" in (info.attempts[0].cause or "")
+        assert info.failures == 0 and "DeviceFault: device busy (TPU is already in use) on v4-16-0 host 1" in (
+            info.attempts[0].cause or ""
+        )
         assert list(fleet.slice("v4-16-0").device_failures or {}) == [1]  # host 1's first device failure on record
         assert not fleet.is_dirty("v4-16-0", 1)
     finally:

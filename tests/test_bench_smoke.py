@@ -14,7 +14,9 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_"))
-PARAMS = [pytest.param(s, marks=[pytest.mark.ray] if s.startswith("ray_") or s == "peers_ray.py" else []) for s in SCRIPTS]
+PARAMS = [
+    pytest.param(s, marks=[pytest.mark.ray] if s.startswith("ray_") or s == "peers_ray.py" else []) for s in SCRIPTS
+]
 
 
 @pytest.mark.parametrize("script", PARAMS)

@@ -24,7 +24,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
 
 from fray_core.cli import _parse_call_args, format_table, main
 from fray_core.cluster import describe_progress
@@ -32,7 +31,9 @@ from fray_core.types import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_local import LocalCluster, TpuFleet
 from fray_local.testing import TEST_POLICY
 
-JOBS_MOD = '''
+from helpers import wait_for
+
+JOBS_MOD = """
 import os, time
 
 def add(x, y=0):
@@ -56,12 +57,12 @@ def block(marker, limit=120):
     while time.time() < end:
         time.sleep(0.05)
     raise TimeoutError("nobody stopped this job")
-'''
+"""
 
-SCRIPT = '''
+SCRIPT = """
 import sys
 print("script args:", " ".join(sys.argv[1:]), flush=True)
-'''
+"""
 
 
 def _fray_command() -> list[str]:
@@ -104,7 +105,6 @@ def fray(tmp_path: Path) -> Fray:
     (tmp_path / "jobs_mod.py").write_text(JOBS_MOD)
     (tmp_path / "script.py").write_text(SCRIPT)
     return Fray(tmp_path)
-
 
 
 def launched_id(stdout: str) -> str:
@@ -293,7 +293,12 @@ def test_help_documents_exit_codes(fray: Fray) -> None:
 
 def test_module_invocation_works(fray: Fray) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "fray_core.cli", "list"], cwd=fray.workdir, env=fray.env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fray_core.cli", "list"],
+        cwd=fray.workdir,
+        env=fray.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 0 and "no jobs under" in r.stderr
 
@@ -302,7 +307,21 @@ def test_module_invocation_works(fray: Fray) -> None:
 
 
 def test_sim_shows_preempted_then_succeeded(fray: Fray) -> None:
-    r = fray("sim", "--tpu", "v4-16", "--slices", "2", "--preemptions", "1", "--seed", "3", "--steps", "4", "--step-time", "0.2")
+    r = fray(
+        "sim",
+        "--tpu",
+        "v4-16",
+        "--slices",
+        "2",
+        "--preemptions",
+        "1",
+        "--seed",
+        "3",
+        "--steps",
+        "4",
+        "--step-time",
+        "0.2",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "[fray] injected: attempt 0: preempt slice" in out
@@ -338,7 +357,11 @@ def test_monitor_says_what_a_pending_job_waits_for(tmp_path: Path) -> None:
     cluster = LocalCluster(fleet=TpuFleet({"v4-16": 1}), jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
     try:
         tpu = ResourceConfig.with_tpu("v4-16")
-        holder = cluster.launch(JobRequest(name="holder", entrypoint=Entrypoint(binary=sys.executable, args=["-c", holder_code]), resources=tpu))
+        holder = cluster.launch(
+            JobRequest(
+                name="holder", entrypoint=Entrypoint(binary=sys.executable, args=["-c", holder_code]), resources=tpu
+            )
+        )
         wait_for(lambda: cluster.poll(holder).status is JobStatus.RUNNING, what="the holder to run")
         waiter = cluster.launch(JobRequest(name="waiter", entrypoint=Entrypoint(binary="true"), resources=tpu))
         wait_for(lambda: "waiting for 1 x v4-16" in describe_progress(cluster.poll(waiter)), what="the waiting line")
@@ -358,10 +381,15 @@ def test_monitor_says_what_a_pending_job_waits_for(tmp_path: Path) -> None:
 
 def test_format_table_and_call_args() -> None:
     assert format_table(["A", "LONGER"], [["xx", 1], ["y", None]]).splitlines() == ["A   LONGER", "xx  1", "y"]
-    assert _parse_call_args(["3", "x=[1, 2]", "name=abc", "flag=true"]) == ([3], {"x": [1, 2], "name": "abc", "flag": True})
+    assert _parse_call_args(["3", "x=[1, 2]", "name=abc", "flag=true"]) == (
+        [3],
+        {"x": [1, 2], "name": "abc", "flag": True},
+    )
 
 
-def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_in_process_returns_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path))
     assert main(["status", "nope"]) == 2
     assert "unknown job id 'nope'" in capsys.readouterr().err
@@ -371,9 +399,26 @@ def test_main_in_process_returns_codes(tmp_path: Path, monkeypatch: pytest.Monke
 # ------------------------------------------------------------------------- json, filters, timeline
 
 JOB_FIELDS = {
-    "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
-    "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput", "kind", "calls", "last_step", "last_heartbeat_at",
+    "job_id",
+    "name",
+    "status",
+    "backend",
+    "submitted_at",
+    "finished_at",
+    "progress",
+    "error",
+    "preemptions",
+    "failures",
+    "max_retries_preemption",
+    "max_retries_failure",
+    "request",
+    "attempts",
+    "pending_reason",
+    "goodput",
+    "kind",
+    "calls",
+    "last_step",
+    "last_heartbeat_at",
 }
 ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
 
@@ -472,7 +517,10 @@ def test_timeline_draws_each_outcome() -> None:
     from fray_core.types import JobInfo
 
     info = JobInfo(
-        job_id="j", name="j", status=JobStatus.RUNNING, submitted_at=1000.0,
+        job_id="j",
+        name="j",
+        status=JobStatus.RUNNING,
+        submitted_at=1000.0,
         attempts=[
             _attempt(0, ["s-0", "s-1"], 1000.0, 1010.0, "PREEMPTED", "preempted on slice 1 (s-1) host 0: gone"),
             _attempt(1, [], 1012.0, 1020.0, "UNSCHEDULABLE"),  # waited for slices and got none
@@ -495,7 +543,9 @@ def _run_in_terminal(fray: Fray, *args: str, timeout: float = 120, columns: int 
     """``fray ARGS`` with its stdout and stderr on a pseudo-terminal; (exit code, everything it wrote)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    proc = subprocess.Popen([*FRAY, *args], cwd=fray.workdir, env=fray.env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    proc = subprocess.Popen(
+        [*FRAY, *args], cwd=fray.workdir, env=fray.env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+    )
     os.close(slave)
     chunks: list[bytes] = []
     try:
@@ -590,7 +640,9 @@ def _unwritable_dir(tmp: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["file", "under-a-file", "unwritable"])
-@pytest.mark.parametrize("command", [["list"], ["status", "x"], ["launch", "jobs_mod:add", "1"], ["sim", "--steps", "1"]])
+@pytest.mark.parametrize(
+    "command", [["list"], ["status", "x"], ["launch", "jobs_mod:add", "1"], ["sim", "--steps", "1"]]
+)
 def test_unusable_jobs_dir_one_line_exit_2(fray: Fray, kind: str, command: list[str]) -> None:
     plain_file = fray.workdir / "not-a-dir"
     plain_file.write_text("")
@@ -600,7 +652,9 @@ def test_unusable_jobs_dir_one_line_exit_2(fray: Fray, kind: str, command: list[
         "unwritable": _unwritable_dir(fray.workdir),
     }[kind]
     r = fray(*command)
-    _one_line_exit_2(r, fray.env["FRAY_JOBS_DIR"].rsplit("/jobs", 1)[0] if kind == "under-a-file" else fray.env["FRAY_JOBS_DIR"])
+    _one_line_exit_2(
+        r, fray.env["FRAY_JOBS_DIR"].rsplit("/jobs", 1)[0] if kind == "under-a-file" else fray.env["FRAY_JOBS_DIR"]
+    )
 
 
 def test_missing_home_one_line_exit_2(fray: Fray) -> None:
@@ -619,7 +673,9 @@ def test_ray_backend_without_ray_one_line_exit_2(fray: Fray) -> None:
     (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
     fray.env["PYTHONPATH"] = os.pathsep.join([str(fake.parent), fray.env.get("PYTHONPATH", "")])
     r = fray("--cluster", "ray", "list")
-    _one_line_exit_2(r, "the 'ray' backend cannot be loaded (ModuleNotFoundError: No module named 'ray'); the Ray backend needs ray")
+    _one_line_exit_2(
+        r, "the 'ray' backend cannot be loaded (ModuleNotFoundError: No module named 'ray'); the Ray backend needs ray"
+    )
 
 
 def test_memory_jobs_dir_refused_for_detached_launch(fray: Fray) -> None:
@@ -630,13 +686,19 @@ def test_memory_jobs_dir_refused_for_detached_launch(fray: Fray) -> None:
         assert r.stdout == ""  # no id that `fray status` would then call unknown
 
 
-@pytest.mark.parametrize("command", [["list"], ["list", "--json"], ["status", "{id}"], ["status", "{id}", "--json"], ["logs", "{id}"]])
+@pytest.mark.parametrize(
+    "command", [["list"], ["list", "--json"], ["status", "{id}"], ["status", "{id}", "--json"], ["logs", "{id}"]]
+)
 def test_closed_pipe_is_quiet(two_jobs: tuple[Fray, str, str], command: list[str]) -> None:
     """``fray status ID | head -1``: the reader went away; no traceback, no error."""
     fray, alpha, _ = two_jobs
     proc = subprocess.Popen(
-        [*FRAY, *[c.format(id=alpha) for c in command]], cwd=fray.workdir, env=fray.env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*FRAY, *[c.format(id=alpha) for c in command]],
+        cwd=fray.workdir,
+        env=fray.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # before fray writes anything: every write fails with EPIPE
@@ -677,10 +739,14 @@ def test_status_and_list_show_pending_reason_and_goodput(tmp_path: Path) -> None
     fray = Fray(tmp_path)
     store = JobStore(str(fray.jobs_dir))
     reason = "queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by train-a, train-b"
-    store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.PENDING, pending_reason=reason),
-                owner=owner_info())  # this process supervises it: alive, so PENDING stays PENDING
+    store.write(
+        JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.PENDING, pending_reason=reason), owner=owner_info()
+    )  # this process supervises it: alive, so PENDING stays PENDING
     done = JobInfo(
-        job_id="done-1", name="done", status=JobStatus.FAILED, error="x",
+        job_id="done-1",
+        name="done",
+        status=JobStatus.FAILED,
+        error="x",
         attempts=[Attempt(index=0, slices=["v4-16-0"], started_at=1.0, ended_at=9.0, outcome=AttemptOutcome.FAILED)],
         goodput=Goodput(pending_s=2.0, productive_s=0.0, lost_s=8.0),
     )
@@ -691,4 +757,6 @@ def test_status_and_list_show_pending_reason_and_goodput(tmp_path: Path) -> None
     listing = {j["job_id"]: j for j in json.loads(fray("list", "--json").stdout)}
     assert listing["waiting-1"]["pending_reason"] == reason and listing["waiting-1"]["goodput"] is None
     assert listing["done-1"]["goodput"]["lost_s"] == 8.0 and listing["done-1"]["pending_reason"] is None
-    assert re.search(r"^goodput +0% \(productive 0.0s, pending 2.0s, lost 8.0s\)$", fray("status", "done-1").stdout, re.M)
+    assert re.search(
+        r"^goodput +0% \(productive 0.0s, pending 2.0s, lost 8.0s\)$", fray("status", "done-1").stdout, re.M
+    )

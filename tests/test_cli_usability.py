@@ -42,7 +42,9 @@ def fray(tmp_path: Path) -> Fray:
     return Fray(tmp_path)
 
 
-def _attempt(index: int, outcome: AttemptOutcome | None, cause: str | None = None, start: float = 1.0, end: float | None = 2.0) -> Attempt:
+def _attempt(
+    index: int, outcome: AttemptOutcome | None, cause: str | None = None, start: float = 1.0, end: float | None = 2.0
+) -> Attempt:
     return Attempt(index=index, slices=["local"], started_at=start, ended_at=end, outcome=outcome, cause=cause)
 
 
@@ -73,15 +75,29 @@ def test_debug_keeps_exit_code_2(fray: Fray) -> None:
     fray.env["FRAY_DEBUG"] = "1"
     r = fray("status", "no-such-job")
     assert r.returncode == 2, r.stderr
-    assert "Traceback" in r.stderr and r.stderr.rstrip().endswith("unknown job id 'no-such-job' (no record under " + str(fray.jobs_dir) + ")")
+    assert "Traceback" in r.stderr and r.stderr.rstrip().endswith(
+        "unknown job id 'no-such-job' (no record under " + str(fray.jobs_dir) + ")"
+    )
 
 
 def test_live_line_says_one_host() -> None:
-    info = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING, attempts=[Attempt(0, ["r0"])],
-                   progress="attempt 0: running", request_summary={"replicas": 1})
+    info = JobInfo(
+        job_id="j",
+        name="j",
+        status=JobStatus.RUNNING,
+        attempts=[Attempt(0, ["r0"])],
+        progress="attempt 0: running",
+        request_summary={"replicas": 1},
+    )
     assert status_line(info, 1.0).endswith("attempt 0: running (1 host)")
-    info = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING, attempts=[Attempt(0, ["r0"])],
-                   progress="attempt 0: running", request_summary={"replicas": 3})
+    info = JobInfo(
+        job_id="j",
+        name="j",
+        status=JobStatus.RUNNING,
+        attempts=[Attempt(0, ["r0"])],
+        progress="attempt 0: running",
+        request_summary={"replicas": 3},
+    )
     assert status_line(info, 1.0).endswith("(3 hosts)")
 
 
@@ -93,8 +109,18 @@ def test_default_names_tell_modules_apart() -> None:
 
 
 def test_status_goodput_is_said_once(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
-    jobs.write(JobInfo(job_id="done-1", name="done", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=11.0,
-                       attempts=[_attempt(0, AttemptOutcome.SUCCEEDED)], goodput=Goodput(1.0, 7.1, 1.9)), owner=owner_info())
+    jobs.write(
+        JobInfo(
+            job_id="done-1",
+            name="done",
+            status=JobStatus.SUCCEEDED,
+            submitted_at=1.0,
+            finished_at=11.0,
+            attempts=[_attempt(0, AttemptOutcome.SUCCEEDED)],
+            goodput=Goodput(1.0, 7.1, 1.9),
+        ),
+        owner=owner_info(),
+    )
     assert main(["status", "done-1"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^goodput +71% \(productive 7.1s, pending 1.0s, lost 1.9s\)$", out, re.MULTILINE), out
@@ -102,9 +128,19 @@ def test_status_goodput_is_said_once(jobs: JobStore, capsys: pytest.CaptureFixtu
 
 
 def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
-    jobs.write(JobInfo(job_id="stopped-1", name="s", status=JobStatus.STOPPED, error="terminated", submitted_at=1.0,
-                       finished_at=11.0, attempts=[_attempt(0, AttemptOutcome.CANCELLED, "terminated")],
-                       goodput=Goodput(2.0, 0.0, 8.0)), owner=owner_info())
+    jobs.write(
+        JobInfo(
+            job_id="stopped-1",
+            name="s",
+            status=JobStatus.STOPPED,
+            error="terminated",
+            submitted_at=1.0,
+            finished_at=11.0,
+            attempts=[_attempt(0, AttemptOutcome.CANCELLED, "terminated")],
+            goodput=Goodput(2.0, 0.0, 8.0),
+        ),
+        owner=owner_info(),
+    )
     assert main(["status", "stopped-1"]) == 0
     out = capsys.readouterr().out
     assert "error" not in out and "0%" not in out, out
@@ -114,17 +150,20 @@ def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: p
 
 def test_failure_message_carries_the_last_output() -> None:
     cause = "failed on replica 0: CommandFailed: exit code 3 on local host 0; last output:\nstep 1\nout of memory\n"
-    info = JobInfo(job_id="j", name="j", status=JobStatus.FAILED, attempts=[_attempt(0, AttemptOutcome.FAILED, cause)],
-                   error="failed 1 time(s), max_retries_failure=0; last error: failed on replica 0: CommandFailed: exit "
-                         "code 3 on local host 0; last output:")
+    info = JobInfo(
+        job_id="j",
+        name="j",
+        status=JobStatus.FAILED,
+        attempts=[_attempt(0, AttemptOutcome.FAILED, cause)],
+        error="failed 1 time(s), max_retries_failure=0; last error: failed on replica 0: CommandFailed: exit "
+        "code 3 on local host 0; last output:",
+    )
     assert describe_error(info).endswith("; last output: out of memory")
 
 
 def test_failed_launch_wait_shows_the_output_and_escapes_the_message(fray: Fray) -> None:
     """``fray launch --wait`` of a job whose exception message holds terminal escapes (title, clear screen)."""
-    (fray.workdir / "hostile.py").write_text(
-        "def boom():\n    raise RuntimeError('\\x1b]0;pwned\\x07\\x1b[2Jgone')\n"
-    )
+    (fray.workdir / "hostile.py").write_text("def boom():\n    raise RuntimeError('\\x1b]0;pwned\\x07\\x1b[2Jgone')\n")
     r = fray("launch", "--wait", "hostile:boom")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\x1b" not in r.stderr
@@ -151,9 +190,13 @@ def _launch_args(*argv: str) -> argparse.Namespace:
 
 
 def test_launch_gpu_env_pip(jobs: JobStore) -> None:
-    req = build_request(_launch_args("--gpu", "A100:8", "--replicas", "2", "--env", "A=1", "--pip", "optax>=0.1",
-                                     "jobs_mod:add", "1"), on_this_machine=True)
-    assert req.resources.device.kind == "gpu" and req.resources.device.type == "A100" and req.resources.device.count == 8
+    req = build_request(
+        _launch_args("--gpu", "A100:8", "--replicas", "2", "--env", "A=1", "--pip", "optax>=0.1", "jobs_mod:add", "1"),
+        on_this_machine=True,
+    )
+    assert (
+        req.resources.device.kind == "gpu" and req.resources.device.type == "A100" and req.resources.device.count == 8
+    )
     assert req.resources.replicas == 2
     assert req.environment is not None and dict(req.environment.env_vars) == {"A": "1"}
     assert list(req.environment.pip_packages) == ["optax>=0.1"]
@@ -168,7 +211,9 @@ def test_launch_gpu_env_pip(jobs: JobStore) -> None:
         (["--gpu", "A100", "--tpu", "v4-8", "jobs_mod:add"], "--gpu and --tpu cannot be combined"),
     ],
 )
-def test_launch_gpu_bad_input(jobs: JobStore, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_launch_gpu_bad_input(
+    jobs: JobStore, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     assert main(["launch", *argv]) == 2
     assert message in capsys.readouterr().err
 
@@ -177,8 +222,10 @@ def test_launch_gpu_bad_input(jobs: JobStore, capsys: pytest.CaptureFixture[str]
 
 
 def _plant_log(store: JobStore, job_id: str, lines: list[str]) -> None:
-    store.write(JobInfo(job_id=job_id, name="logged", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=2.0),
-                owner=owner_info())
+    store.write(
+        JobInfo(job_id=job_id, name="logged", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=2.0),
+        owner=owner_info(),
+    )
     Path(store.log_path(job_id)).write_text("".join(f"{line}\n" for line in lines))
 
 
@@ -225,8 +272,15 @@ def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) ->
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
     def run(*argv: str) -> tuple[int, int]:
-        out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "fray_core.cli", "logs", "big-1", *argv],
-                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, sys.executable, "-m", "fray_core.cli", "logs", "big-1", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         n, rss = map(int, out.stdout.split())
         return n, rss
@@ -240,8 +294,10 @@ def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) ->
 
 
 def _ran(store: JobStore, job_id: str, status: JobStatus, **kw: object) -> None:
-    store.write(JobInfo(job_id=job_id, name=job_id.split("-")[0], status=status, submitted_at=time.time() - 90, **kw),
-                owner=owner_info())
+    store.write(
+        JobInfo(job_id=job_id, name=job_id.split("-")[0], status=status, submitted_at=time.time() - 90, **kw),
+        owner=owner_info(),
+    )
 
 
 def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
@@ -249,8 +305,12 @@ def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
     from test_cli import _run_in_terminal
 
     store = JobStore(str(fray.jobs_dir))
-    _ran(store, "waiting-20250101-120000-abcdef", JobStatus.PENDING,
-         pending_reason="queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by train-a, train-b")
+    _ran(
+        store,
+        "waiting-20250101-120000-abcdef",
+        JobStatus.PENDING,
+        pending_reason="queued: 2nd for 4 x v4-16; fleet: 1 free, 3 held by train-a, train-b",
+    )
     code, out = _run_in_terminal(fray, "list", columns=80)
     assert code == 0, out
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.replace("\r", ""))
@@ -261,8 +321,14 @@ def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
 
 
 def _watch(fray: Fray, *argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*__import__("test_cli").FRAY, *argv], cwd=fray.workdir, env=fray.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*__import__("test_cli").FRAY, *argv],
+        cwd=fray.workdir,
+        env=fray.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> str:
@@ -346,13 +412,25 @@ def test_stop_a_frozen_supervisor_times_out_with_exit_4(fray: Fray) -> None:
 
 def test_rm_and_prune_never_a_running_job(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
     old = time.time() - 10 * 86400
-    jobs.write(JobInfo(job_id="old-done", name="old", status=JobStatus.SUCCEEDED, submitted_at=old, finished_at=old + 5),
-               owner=owner_info())
-    jobs.write(JobInfo(job_id="old-failed", name="old", status=JobStatus.FAILED, error="x", submitted_at=old,
-                       finished_at=old + 5), owner=owner_info())
-    jobs.write(JobInfo(job_id="old-running", name="old", status=JobStatus.RUNNING, submitted_at=old), owner=owner_info())
-    jobs.write(JobInfo(job_id="new-done", name="new", status=JobStatus.SUCCEEDED, submitted_at=time.time(),
-                       finished_at=time.time()), owner=owner_info())
+    jobs.write(
+        JobInfo(job_id="old-done", name="old", status=JobStatus.SUCCEEDED, submitted_at=old, finished_at=old + 5),
+        owner=owner_info(),
+    )
+    jobs.write(
+        JobInfo(
+            job_id="old-failed", name="old", status=JobStatus.FAILED, error="x", submitted_at=old, finished_at=old + 5
+        ),
+        owner=owner_info(),
+    )
+    jobs.write(
+        JobInfo(job_id="old-running", name="old", status=JobStatus.RUNNING, submitted_at=old), owner=owner_info()
+    )
+    jobs.write(
+        JobInfo(
+            job_id="new-done", name="new", status=JobStatus.SUCCEEDED, submitted_at=time.time(), finished_at=time.time()
+        ),
+        owner=owner_info(),
+    )
     assert main(["prune", "--older-than", "7d", "--dry-run"]) == 0
     assert "would remove old-done" in capsys.readouterr().out and jobs.exists("old-done")
     assert main(["prune", "--older-than", "7d", "--status", "failed"]) == 0
@@ -369,8 +447,9 @@ def test_rm_and_prune_never_a_running_job(jobs: JobStore, capsys: pytest.Capture
     assert main(["prune", "--older-than", "soon"]) == 2
 
 
-def test_config_file_env_and_flags_precedence(jobs: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_file_env_and_flags_precedence(
+    jobs: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from fray_core.cli.config import resolve_spec
 
     assert resolve_spec(None, None) == ("local", "default")
@@ -405,8 +484,10 @@ def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str
         script = capsys.readouterr().out
         assert "complete -F _fray fray" in script and "--tail" in script and "prune" in script
     (tmp_path / "c.sh").write_text(script.split("bashcompinit\n", 1)[1])
-    complete = (f"source {tmp_path / 'c.sh'}; COMP_WORDS=(fray lo); COMP_CWORD=1; _fray; echo ${{COMPREPLY[@]}}; "
-                "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; _fray; echo ${COMPREPLY[@]}")
+    complete = (
+        f"source {tmp_path / 'c.sh'}; COMP_WORDS=(fray lo); COMP_CWORD=1; _fray; echo ${{COMPREPLY[@]}}; "
+        "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; _fray; echo ${COMPREPLY[@]}"
+    )
     r = subprocess.run(["bash", "-c", complete], capture_output=True, text=True, timeout=60, check=False)
     assert r.stdout.split("\n")[:2] == ["logs", "--tail"], r.stdout + r.stderr
     assert main(["doctor", "--cluster", "local?tpu=v4-16:2"]) == 0
@@ -427,8 +508,15 @@ def test_doctor_sees_the_ray_clusters_tpu_slices(ray_tpu_cluster, tmp_path: Path
     their ``ray.io/tpu-*`` labels show."""
     env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
     env.update(FRAY_JOBS_DIR=str(tmp_path / "jobs"), XDG_CONFIG_HOME=str(tmp_path / "config"))
-    r = subprocess.run([*__import__("test_cli").FRAY, "doctor", "--address", ray_tpu_cluster.address], env=env,
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    r = subprocess.run(
+        [*__import__("test_cli").FRAY, "doctor", "--address", ray_tpu_cluster.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(from --address)" in r.stdout and "ray 2." in r.stdout
     assert re.search(r"tpu slices +2 x v4-16", r.stdout), r.stdout

@@ -86,8 +86,11 @@ def test_register_backend_by_name() -> None:
 
 def test_backend_that_cannot_be_imported_is_a_clear_error() -> None:
     register_backend("broken", "no_such_module_for_fray_tests:_from_spec")
-    with pytest.raises(UnknownBackendError, match=r"cluster spec 'broken': the 'broken' backend cannot be loaded "
-                       r"\(ModuleNotFoundError: No module named 'no_such_module_for_fray_tests'\)"):
+    with pytest.raises(
+        UnknownBackendError,
+        match=r"cluster spec 'broken': the 'broken' backend cannot be loaded "
+        r"\(ModuleNotFoundError: No module named 'no_such_module_for_fray_tests'\)",
+    ):
         cluster_from_spec("broken")
 
 
@@ -113,13 +116,19 @@ def test_detached_launch_default_follows_jobs_outlive_client() -> None:
 
 
 def test_parse_spec() -> None:
-    assert parse_spec("ray?address=10.0.0.1:6379&namespace=ns") == ("ray", {"address": "10.0.0.1:6379", "namespace": "ns"})
+    assert parse_spec("ray?address=10.0.0.1:6379&namespace=ns") == (
+        "ray",
+        {"address": "10.0.0.1:6379", "namespace": "ns"},
+    )
     with pytest.raises(UnknownBackendError, match="given twice"):
         parse_spec("ray?address=a&address=b")
 
 
 def test_importing_core_and_local_never_imports_ray() -> None:
     # (how long the import takes is measured by bench/import_cost.py, not asserted here)
-    code = "import sys, fray_core, fray_local, fray_local.testing; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
+    code = (
+        "import sys, fray_core, fray_local, fray_local.testing; print(sorted(m for m in sys.modules if "
+        "m.split('.')[0] == 'ray'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

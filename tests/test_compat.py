@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import check_hosts, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +32,8 @@ from fray_core.compat.levanter import (
 from fray_core.compat.ray_resources import environment_from_runtime_env, resources_from_ray_options
 from fray_core.tpu import TPU_CATALOG
 from fray_local import FaultPlan, LocalCluster, PreemptSlice, TpuFleet
+
+from helpers import check_hosts, wait_for
 
 TPU = "v4-16"  # 2 hosts per slice
 
@@ -129,7 +130,13 @@ def markers(marker_dir: Path, attempt: int) -> list[Path]:
 
 def test_signatures_match_levanter() -> None:
     sig = inspect.signature(run_on_pod)
-    assert list(sig.parameters) == ["remote_fn", "tpu_type", "num_slices", "max_retries_preemption", "max_retries_failure"]
+    assert list(sig.parameters) == [
+        "remote_fn",
+        "tpu_type",
+        "num_slices",
+        "max_retries_preemption",
+        "max_retries_failure",
+    ]
     assert sig.parameters["num_slices"].kind is inspect.Parameter.KEYWORD_ONLY
     assert (sig.parameters["num_slices"].default, sig.parameters["max_retries_preemption"].default) == (1, 10000)
     assert sig.parameters["max_retries_failure"].default == 10
@@ -189,7 +196,9 @@ def test_preemption_is_retried(local_cluster: LocalCluster, tpu_fleet: TpuFleet,
 def test_preemption_budget_exhausted(local_cluster: LocalCluster, tpu_fleet: TpuFleet, tmp_path: Path) -> None:
     tpu_fleet.fault_plan = FaultPlan([PreemptSlice(attempt=a, slice_index=0, after=0.5) for a in range(3)])
     fn = functools.partial(wait_for_release, str(tmp_path))
-    with pytest.raises(PodJobError, match=r"preempted too many times: preempted 2 time\(s\), max_retries_preemption=1") as err:
+    with pytest.raises(
+        PodJobError, match=r"preempted too many times: preempted 2 time\(s\), max_retries_preemption=1"
+    ) as err:
         run_on_pod(fn, TPU, max_retries_preemption=1)
     assert [a.outcome.value for a in err.value.info.attempts] == ["PREEMPTED", "PREEMPTED"]
     assert not isinstance(err.value, ValueError)
@@ -225,7 +234,9 @@ def test_a_request_that_never_fits_raises(local_cluster: LocalCluster) -> None:
     assert not isinstance(err.value, ValueError) and err.value.info.status.value == "FAILED"
 
 
-def test_an_interrupted_wait_terminates_the_job(local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_wait_terminates_the_job(
+    local_cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def interrupted_wait(job_id: str, *args: Any, **kwargs: Any) -> None:
         wait_for(lambda: len(markers(tmp_path, 0)) == 2, what="the job's hosts to start")
         raise KeyboardInterrupt
@@ -249,7 +260,9 @@ class _FakeRemoteFunction:
 
 
 def test_remote_function_duck_typing(local_cluster: LocalCluster) -> None:
-    fake = _FakeRemoteFunction(host_env, max_calls=1, num_cpus=8, runtime_env={"env_vars": {"COMPAT_FLAG": "on"}, "_ray_commit": "x"})
+    fake = _FakeRemoteFunction(
+        host_env, max_calls=1, num_cpus=8, runtime_env={"env_vars": {"COMPAT_FLAG": "on"}, "_ray_commit": "x"}
+    )
     assert unwrap_remote_function(fake)[0] is host_env
     result = run_on_pod(fake, TPU)  # type: ignore[arg-type]
     assert [r["COMPAT_FLAG"] for r in result] == ["on", "on"]
@@ -276,7 +289,10 @@ def test_ray_remote_function_is_accepted(local_cluster: LocalCluster) -> None:
 
 
 def test_user_exception_class_lookup() -> None:
-    cause = "failed on slice 0 (v4-16-0) host 0: KeyError: 'x'\nTraceback (most recent call last):\n  File \"x\"\nKeyError: 'x'\n"
+    cause = (
+        "failed on slice 0 (v4-16-0) host 0: KeyError: 'x'\nTraceback (most recent call last):\n  File "
+        "\"x\"\nKeyError: 'x'\n"
+    )
     assert lev._user_exception_class(cause) is KeyError
     assert lev._user_exception_class("failed on replica 0: exit code 4\nsome output") is None
     assert lev._user_exception_class(f"{__name__}.CompatTestError: boom") is CompatTestError
@@ -285,7 +301,9 @@ def test_user_exception_class_lookup() -> None:
 
 def test_timeout_error_is_a_preemption_as_in_levanter(local_cluster: LocalCluster, tmp_path: Path) -> None:
     # levanter's test_single_slice_handles_preemption: 1 timeout, no failure budget at all -> still succeeds
-    result = run_on_pod(functools.partial(times_out_until, str(tmp_path), 2), TPU, max_retries_failure=0, max_retries_preemption=2)
+    result = run_on_pod(
+        functools.partial(times_out_until, str(tmp_path), 2), TPU, max_retries_failure=0, max_retries_preemption=2
+    )
     check_hosts(result, 1, attempt=1)
     info = local_cluster.list_jobs()[-1]
     assert (info.preemptions, info.failures) == (1, 0)
@@ -296,7 +314,9 @@ def test_timeout_error_is_a_preemption_as_in_levanter(local_cluster: LocalCluste
 def test_timeouts_exhaust_the_preemption_budget(local_cluster: LocalCluster, tmp_path: Path) -> None:
     # 3 timeouts before the 4th call, 2 preemption retries: levanter raised RuntimeError("... preempted too many times")
     with pytest.raises(RuntimeError, match="preempted too many times") as err:
-        run_on_pod(functools.partial(times_out_until, str(tmp_path), 4), TPU, max_retries_failure=1, max_retries_preemption=2)
+        run_on_pod(
+            functools.partial(times_out_until, str(tmp_path), 4), TPU, max_retries_failure=1, max_retries_preemption=2
+        )
     assert err.value.info.preemptions == 3 and err.value.info.failures == 0
 
 
@@ -311,7 +331,9 @@ def test_fray_native_jobs_keep_timeout_as_a_failure(local_cluster: LocalCluster)
     from fray_core import Entrypoint, JobRequest, ResourceConfig
 
     job_id = local_cluster.launch(
-        JobRequest(name="timeout", entrypoint=Entrypoint(callable=says_timed_out), resources=ResourceConfig.with_tpu(TPU))
+        JobRequest(
+            name="timeout", entrypoint=Entrypoint(callable=says_timed_out), resources=ResourceConfig.with_tpu(TPU)
+        )
     )
     info = local_cluster.wait(job_id, timeout=120)
     assert info.status == "failed" and (info.failures, info.preemptions) == (1, 0)
@@ -371,15 +393,24 @@ def test_timeout_is_a_preemption_on_ray(on_ray: Any, tmp_path: Path) -> None:
     # levanter's test_single_slice_handles_preemption, both halves
     (tmp_path / "a").mkdir()
     with pytest.raises(RuntimeError, match="preempted too many times"):
-        run_on_pod(functools.partial(times_out_until, str(tmp_path / "a"), 4), TPU, max_retries_failure=1, max_retries_preemption=2)
+        run_on_pod(
+            functools.partial(times_out_until, str(tmp_path / "a"), 4),
+            TPU,
+            max_retries_failure=1,
+            max_retries_preemption=2,
+        )
     (tmp_path / "b").mkdir()
-    result = run_on_pod(functools.partial(times_out_until, str(tmp_path / "b"), 2), TPU, max_retries_failure=0, max_retries_preemption=2)
+    result = run_on_pod(
+        functools.partial(times_out_until, str(tmp_path / "b"), 2), TPU, max_retries_failure=0, max_retries_preemption=2
+    )
     check_hosts(result, 1, attempt=1)
 
 
 @pytest.mark.ray
 def test_preemption_budget_exhausted_on_ray(on_ray: Any, tmp_path: Path) -> None:
-    call = InThread(lambda: run_on_pod(functools.partial(wait_for_release, str(tmp_path)), TPU, max_retries_preemption=0))
+    call = InThread(
+        lambda: run_on_pod(functools.partial(wait_for_release, str(tmp_path)), TPU, max_retries_preemption=0)
+    )
     wait_for(lambda: len(markers(tmp_path, 0)) == 2, timeout=120, what="both hosts of attempt 0 to start")
     on_ray.preempt(markers(tmp_path, 0)[0].read_text(), restore_after=0.0)
     err = call.join().error
@@ -444,14 +475,18 @@ def test_tpu_head_resource_gives_the_slice_type() -> None:
     assert resources_from_ray_options(resources={"TPU-v5p-64-head": 1}).device == TpuConfig("v5p-64")
     assert resources_from_ray_options(resources={"TPU": 4}, accelerator_type="TPU-V4").device == TpuConfig("v4-8")
     assert resources_from_ray_options(resources={"TPU": 8, "accelerator_type:TPU-V6E": 1}).device == TpuConfig("v6e-8")
-    assert resources_from_ray_options(resources={"TPU": 4}, accelerator_type="TPU-V5E").device == TpuConfig("v5litepod-4")
+    assert resources_from_ray_options(resources={"TPU": 4}, accelerator_type="TPU-V5E").device == TpuConfig(
+        "v5litepod-4"
+    )
 
 
 def test_head_node_and_plain_options() -> None:
     rc = resources_from_ray_options(num_cpus=0.5, memory=2 * 1024**3, resources={"node:__internal_head__": 0.001})
     assert (rc.cpu, rc.ram_bytes, rc.preemptible, rc.device) == (0.5, 2 * 1024**3, False, CpuConfig())
     assert resources_from_ray_options(resources={"head_node": 1}).preemptible is False
-    assert resources_from_ray_options(resources={"controller": 1}, head_node_resources={"controller"}).preemptible is False
+    assert (
+        resources_from_ray_options(resources={"controller": 1}, head_node_resources={"controller"}).preemptible is False
+    )
     assert resources_from_ray_options(memory=20e9).ram_bytes == 20 * 10**9
     assert resources_from_ray_options(num_gpus=8, accelerator_type="H100").device == GpuConfig("H100", 8)
     assert resources_from_ray_options(num_gpus=1).device == GpuConfig("auto", 1)
@@ -462,9 +497,15 @@ def test_head_node_and_plain_options() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"resources": {"my_custom": 2}}, r"resources\['my_custom'\]=2: Fray has no custom resources; allowed keys: 'TPU'"),
+        (
+            {"resources": {"my_custom": 2}},
+            r"resources\['my_custom'\]=2: Fray has no custom resources; allowed keys: 'TPU'",
+        ),
         ({"resources": {"TPU": 4}}, r"resources\['TPU'\]=4 alone does not say which TPU"),
-        ({"resources": {"TPU": 3}, "accelerator_type": "TPU-V4"}, r"no single-host v4 slice has 3 chips.*v4-8 \(4 chips\)"),
+        (
+            {"resources": {"TPU": 3}, "accelerator_type": "TPU-V4"},
+            r"no single-host v4 slice has 3 chips.*v4-8 \(4 chips\)",
+        ),
         ({"resources": {"TPU": 2, "TPU-v4-8-head": 1}}, r"resources\['TPU'\]=2: a v4-8 host has 4 chips; allowed: 4"),
         ({"resources": {"TPU-v4-15-head": 1}}, r"TPU-v4-15-head.*unknown TPU type 'v4-15'"),
         ({"resources": {"TPU-v4-8-head": 2}}, r"resources\['TPU-v4-8-head'\]=2.0: a slice has one head"),
@@ -519,7 +560,9 @@ def test_every_single_host_slice_is_inferred_from_its_chips(tpu_type: str) -> No
     num_gpus=st.one_of(st.none(), st.integers(0, 16)),
     head=st.one_of(st.none(), st.sampled_from(["node:__internal_head__", "head_node"])),
 )
-def test_plain_options_round_trip(num_cpus: float | None, memory: int | None, num_gpus: int | None, head: str | None) -> None:
+def test_plain_options_round_trip(
+    num_cpus: float | None, memory: int | None, num_gpus: int | None, head: str | None
+) -> None:
     rc = resources_from_ray_options(
         num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources={head: 0.01} if head else None
     )
@@ -530,9 +573,15 @@ def test_plain_options_round_trip(num_cpus: float | None, memory: int | None, nu
     assert rc.preemptible is (head is None)
 
 
-@given(st.text(min_size=1, max_size=20).filter(lambda k: k not in ("TPU", "node:__internal_head__", "head_node", "head")
-                                              and not k.startswith(("TPU-", "accelerator_type:"))),
-       st.floats(0.001, 100, allow_nan=False))
+@given(
+    st.text(min_size=1, max_size=20).filter(
+        lambda k: (
+            k not in ("TPU", "node:__internal_head__", "head_node", "head")
+            and not k.startswith(("TPU-", "accelerator_type:"))
+        )
+    ),
+    st.floats(0.001, 100, allow_nan=False),
+)
 def test_any_custom_resource_is_refused_by_name(key: str, amount: float) -> None:
     with pytest.raises(ValueError) as err:
         resources_from_ray_options(resources={key: amount})
@@ -543,8 +592,13 @@ def test_runtime_env_to_environment(tmp_path: Path) -> None:
     reqs = tmp_path / "requirements.txt"
     reqs.write_text("# pinned\noptax>=0.2\n\n-e .\nchex\n")
     env = environment_from_runtime_env(
-        {"env_vars": {"A": "1"}, "pip": {"packages": ["six"], "pip_check": False}, "uv": str(reqs),
-         "working_dir": str(tmp_path), "_ray_commit": "abc"}
+        {
+            "env_vars": {"A": "1"},
+            "pip": {"packages": ["six"], "pip_check": False},
+            "uv": str(reqs),
+            "working_dir": str(tmp_path),
+            "_ray_commit": "abc",
+        }
     )
     assert env is not None
     assert env.pip_packages == ("six", "optax>=0.2", "chex") and env.env_vars == {"A": "1"}
@@ -554,4 +608,3 @@ def test_runtime_env_to_environment(tmp_path: Path) -> None:
         environment_from_runtime_env({"conda": "env.yaml"})
     with pytest.raises(ValueError, match=r"working_dir.*only a local directory"):
         environment_from_runtime_env({"working_dir": "gs://bucket/code.zip"})
-

@@ -32,20 +32,56 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 def _plant(store: JobStore) -> dict[str, str]:
     now = time.time()
-    store.write(JobInfo(
-        job_id="sim-1", name="sim", status=JobStatus.SUCCEEDED, submitted_at=now - 60, finished_at=now - 50, preemptions=1,
-        attempts=[
-            Attempt(0, ["v4-16-0", "v4-16-1"], now - 59, now - 56, AttemptOutcome.PREEMPTED, "preempted on slice 0 (v4-16-0) host 1"),
-            Attempt(1, ["v4-16-0", "v4-16-1"], now - 55, now - 50, AttemptOutcome.SUCCEEDED),
-        ],
-        goodput=Goodput(pending_s=2.0, productive_s=5.0, lost_s=3.0),
-        request_summary={"entrypoint": "train:main", "device": {"kind": "tpu", "type": "v4-16", "hosts": 2}, "replicas": 2},
-    ), owner=owner_info())
+    store.write(
+        JobInfo(
+            job_id="sim-1",
+            name="sim",
+            status=JobStatus.SUCCEEDED,
+            submitted_at=now - 60,
+            finished_at=now - 50,
+            preemptions=1,
+            attempts=[
+                Attempt(
+                    0,
+                    ["v4-16-0", "v4-16-1"],
+                    now - 59,
+                    now - 56,
+                    AttemptOutcome.PREEMPTED,
+                    "preempted on slice 0 (v4-16-0) host 1",
+                ),
+                Attempt(1, ["v4-16-0", "v4-16-1"], now - 55, now - 50, AttemptOutcome.SUCCEEDED),
+            ],
+            goodput=Goodput(pending_s=2.0, productive_s=5.0, lost_s=3.0),
+            request_summary={
+                "entrypoint": "train:main",
+                "device": {"kind": "tpu", "type": "v4-16", "hosts": 2},
+                "replicas": 2,
+            },
+        ),
+        owner=owner_info(),
+    )
     Path(store.log_path("sim-1")).write_text("[a0 s0/h0] step 0\n[a1 s0/h0] step 9\n[a1 s1/h1] done \x1b[2J\n")
-    store.write(JobInfo(job_id="hostile-1", name=HOSTILE, status=JobStatus.FAILED, error=HOSTILE, submitted_at=now - 30,
-                        finished_at=now - 29), owner=owner_info())
-    store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.PENDING, submitted_at=now - 10,
-                        pending_reason="queued: 1st for 2 x v4-16"), owner=owner_info())  # this process owns it: alive
+    store.write(
+        JobInfo(
+            job_id="hostile-1",
+            name=HOSTILE,
+            status=JobStatus.FAILED,
+            error=HOSTILE,
+            submitted_at=now - 30,
+            finished_at=now - 29,
+        ),
+        owner=owner_info(),
+    )
+    store.write(
+        JobInfo(
+            job_id="waiting-1",
+            name="waiting",
+            status=JobStatus.PENDING,
+            submitted_at=now - 10,
+            pending_reason="queued: 1st for 2 x v4-16",
+        ),
+        owner=owner_info(),
+    )  # this process owns it: alive
     return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1"}
 
 
@@ -74,12 +110,18 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     env.update(FRAY_JOBS_DIR=str(tmp / "jobs"), XDG_CONFIG_HOME=str(tmp / "config"))
     proc = subprocess.Popen(
         [*FRAY, "dashboard", "--port", "0", "--refresh", "0.3", "--cluster", "local?tpu=v4-16:2"],
-        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "fray dashboard: http://127.0.0.1:PORT/ (read-only; ...)"
-        assert line.startswith("fray dashboard: http://127.0.0.1:"), line + (proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
+        assert line.startswith("fray dashboard: http://127.0.0.1:"), line + (
+            proc.stderr.read() if proc.poll() is not None else ""
+        )  # type: ignore[union-attr]
         yield Dashboard(proc, line.split()[2], store)
     finally:
         proc.terminate()
@@ -161,7 +203,10 @@ def _wait(driver: Any, predicate: Any, what: str, timeout: float = 30) -> Any:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.page_source[:3000]}") from e
 
 
-_ROWS = "return [...document.querySelectorAll(arguments[0])].map(r => [r.dataset.job || r.dataset.slice, [...r.cells].map(c => c.textContent)])"
+_ROWS = (
+    "return [...document.querySelectorAll(arguments[0])].map(r => [r.dataset.job || r.dataset.slice, "
+    "[...r.cells].map(c => c.textContent)])"
+)
 
 
 def _rows(driver: Any, selector: str) -> dict[str, list[str]]:
@@ -181,15 +226,25 @@ def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser
     assert browser.title == "fray: jobs"
 
 
-_BARS = "return [...document.querySelectorAll('svg#timeline rect.bar')].map(b => [b.dataset.attempt, b.dataset.outcome, b.getAttribute('width')])"
+_BARS = (
+    "return [...document.querySelectorAll('svg#timeline rect.bar')].map(b => [b.dataset.attempt, "
+    "b.dataset.outcome, b.getAttribute('width')])"
+)
 
 
 def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> None:
     browser.get(dash.url + "job/sim-1")
     bars = _wait(browser, lambda d: d.execute_script(_BARS), "the timeline")
-    assert sorted((a, o) for a, o, _ in bars) == [("0", "PREEMPTED"), ("0", "PREEMPTED"), ("1", "SUCCEEDED"), ("1", "SUCCEEDED")]
+    assert sorted((a, o) for a, o, _ in bars) == [
+        ("0", "PREEMPTED"),
+        ("0", "PREEMPTED"),
+        ("1", "SUCCEEDED"),
+        ("1", "SUCCEEDED"),
+    ]
     assert all(float(w) > 10 for _, _, w in bars)
-    waits = browser.execute_script("return [...document.querySelectorAll('svg#timeline rect.wait')].map(w => w.dataset.attempt)")
+    waits = browser.execute_script(
+        "return [...document.querySelectorAll('svg#timeline rect.wait')].map(w => w.dataset.attempt)"
+    )
     assert sorted(waits) == ["0", "0", "1", "1"]  # before each attempt got its two slices
     page = browser.execute_script(
         "return [[...document.querySelectorAll('svg#timeline > text')].map(t => t.textContent),"
@@ -203,20 +258,39 @@ def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> N
 
 def test_browser_live_refresh_shows_a_state_change(dash: Dashboard, browser: Any) -> None:
     browser.get(dash.url)
-    _wait(browser, lambda d: "PENDING" in _rows(d, "#jobs tbody tr").get("waiting-1", ["", "", ""])[2], "the pending job")
+    _wait(
+        browser, lambda d: "PENDING" in _rows(d, "#jobs tbody tr").get("waiting-1", ["", "", ""])[2], "the pending job"
+    )
     browser.execute_script("window.__same_page = true")  # gone if the page were reloaded
     now = time.time()
-    dash.store.write(JobInfo(job_id="waiting-1", name="waiting", status=JobStatus.SUCCEEDED, submitted_at=now - 10,
-                             finished_at=now, attempts=[Attempt(0, ["v4-16-0"], now - 5, now, AttemptOutcome.SUCCEEDED)],
-                             goodput=Goodput(5.0, 5.0, 0.0)), owner=owner_info())
+    dash.store.write(
+        JobInfo(
+            job_id="waiting-1",
+            name="waiting",
+            status=JobStatus.SUCCEEDED,
+            submitted_at=now - 10,
+            finished_at=now,
+            attempts=[Attempt(0, ["v4-16-0"], now - 5, now, AttemptOutcome.SUCCEEDED)],
+            goodput=Goodput(5.0, 5.0, 0.0),
+        ),
+        owner=owner_info(),
+    )
     _wait(browser, lambda d: _rows(d, "#jobs tbody tr")["waiting-1"][2] == "SUCCEEDED", "the live refresh")
     assert browser.execute_script("return window.__same_page") is True
 
 
 def test_browser_fleet_page(dash: Dashboard, browser: Any) -> None:
     now = time.time()
-    dash.store.write(JobInfo(job_id="holder-1", name="holder", status=JobStatus.RUNNING, submitted_at=now,
-                             attempts=[Attempt(0, ["v4-16-1"], now)]), owner=owner_info())
+    dash.store.write(
+        JobInfo(
+            job_id="holder-1",
+            name="holder",
+            status=JobStatus.RUNNING,
+            submitted_at=now,
+            attempts=[Attempt(0, ["v4-16-1"], now)],
+        ),
+        owner=owner_info(),
+    )
     browser.get(dash.url + "fleet")
     rows = _wait(browser, lambda d: _rows(d, "#fleet tbody tr"), "the fleet")
     assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][4] == "holder-1"
@@ -227,8 +301,13 @@ def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
     fake = tmp_path / "no_aiohttp" / "aiohttp"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
-    env = {**os.environ, "FRAY_JOBS_DIR": str(tmp_path / "jobs"),
-           "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([*FRAY, "dashboard", "--port", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    env = {
+        **os.environ,
+        "FRAY_JOBS_DIR": str(tmp_path / "jobs"),
+        "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [*FRAY, "dashboard", "--port", "0"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "python -m pip install 'fray-jobs[dashboard]'" in r.stderr, r.stderr

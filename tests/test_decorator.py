@@ -41,7 +41,13 @@ def fleet_cluster(tmp_path: Path):
 @job(tpu="v4-16", slices=2, max_retries_preemption=10, max_retries_failure=1)
 def where(steps: int, scale: int = 1) -> tuple[int, str, str, str, int]:
     """Returns where it ran."""
-    return (steps * scale, os.environ["TPU_NAME"], os.environ["FRAY_SLICE_ID"], os.environ["TPU_WORKER_ID"], os.getpid())
+    return (
+        steps * scale,
+        os.environ["TPU_NAME"],
+        os.environ["FRAY_SLICE_ID"],
+        os.environ["TPU_WORKER_ID"],
+        os.getpid(),
+    )
 
 
 @job(resources=ResourceConfig(replicas=3), name="cpu-gang", environment=EnvironmentConfig(env_vars={"MY_VAR": "v"}))

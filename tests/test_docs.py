@@ -80,11 +80,18 @@ def parse_blocks(text: str) -> list[Block]:
         i += 1
         while i < len(lines) and not (lines[i].strip().startswith(fence) and lines[i].strip().strip(fence[0]) == ""):
             line = lines[i]
-            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             i += 1
         i += 1
         words = info.split()
-        blocks.append(Block(lang=(words[0].lower() if words else ""), flags=tuple(words[1:]), code="\n".join(body) + "\n", line=start + 1))
+        blocks.append(
+            Block(
+                lang=(words[0].lower() if words else ""),
+                flags=tuple(words[1:]),
+                code="\n".join(body) + "\n",
+                line=start + 1,
+            )
+        )
     return blocks
 
 
@@ -240,7 +247,11 @@ def test_doc_shell_python_is_this_environment(tmp_path: Path) -> None:
     that venv (its site-packages, Fray installed there, Fray's pytest plugin), as for a user who activated it."""
     r = subprocess.run(
         ["bash", "-c", "python -c 'import sys; print(sys.prefix); print(sys.executable)'"],
-        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr
     prefix, executable = r.stdout.splitlines()
@@ -277,7 +288,12 @@ def test_readme_demo_command_runs(tmp_path: Path) -> None:
     demo = DOCS.parent / "examples" / "multislice_demo.py"
     assert f"python {demo.relative_to(DOCS.parent)}" in (DOCS.parent / "README.md").read_text()
     r = subprocess.run(
-        [sys.executable, str(demo)], cwd=DOCS.parent, env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT
+        [sys.executable, str(demo)],
+        cwd=DOCS.parent,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "SUCCEEDED, preemptions=1, failures=0" in r.stdout, r.stdout[-3000:]
@@ -310,8 +326,14 @@ def test_ci_runs_readme_test_command() -> None:
     assert len(blocks) == 1, blocks
     assert helper.test_command(readme) == blocks[0].code.strip()
     ci = (root / ".ci" / "run").read_text()
-    for step in ("cmd=$(python3 .ci/readme_test_command.py)", 'rm -rf "$venv"', 'python3 -m venv "$venv"',
-                 '. "$venv/bin/activate"', 'bash -c "$cmd"', 'exit "$status"'):
+    for step in (
+        "cmd=$(python3 .ci/readme_test_command.py)",
+        'rm -rf "$venv"',
+        'python3 -m venv "$venv"',
+        '. "$venv/bin/activate"',
+        'bash -c "$cmd"',
+        'exit "$status"',
+    ):
         assert step in ci, step
     with pytest.raises(ValueError, match="found 2"):
         helper.test_command("```bash\npython -m pytest a\n```\n\n```bash\npytest b\n```\n")
@@ -340,7 +362,8 @@ def _alone(name: str, pick=lambda b: True) -> list[tuple[str, int]]:  # type: ig
 
 @pytest.mark.parametrize(
     ("name", "line"),
-    _alone("index.md") + _alone("backends.md", lambda b: "TpuFleet({" in b.code and "LocalCluster(fleet=fleet)" in b.code),
+    _alone("index.md")
+    + _alone("backends.md", lambda b: "TpuFleet({" in b.code and "LocalCluster(fleet=fleet)" in b.code),
 )
 def test_doc_block_runs_alone(name: str, line: int, tmp_path: Path) -> None:
     """A reader copies one snippet, not the page: each python block of docs/index.md (and backends.md's fleet

@@ -14,15 +14,26 @@ from hypothesis import strategies as st
 from fray_core import ElasticConfig
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.testing import HANG, FakeClock, HostScript, InMemorySliceProvider
-from fray_core.types import AttemptOutcome, Entrypoint, JobRequest, JobStatus, ResourceConfig, TpuConfig, summarize_request
+from fray_core.types import (
+    AttemptOutcome,
+    Entrypoint,
+    JobRequest,
+    JobStatus,
+    ResourceConfig,
+    TpuConfig,
+    summarize_request,
+)
 
 ENTRY = Entrypoint(binary="train")
 
 
 def elastic_request(replicas: list[int], grow_after: float = 600.0, grace: float = 30.0, **kw: Any) -> JobRequest:
     return JobRequest(
-        name="elastic", entrypoint=ENTRY, resources=ResourceConfig(device=TpuConfig(type="v4-16"), replicas=replicas),
-        elastic=ElasticConfig(grow_after=grow_after, grace=grace), **kw,
+        name="elastic",
+        entrypoint=ENTRY,
+        resources=ResourceConfig(device=TpuConfig(type="v4-16"), replicas=replicas),
+        elastic=ElasticConfig(grow_after=grow_after, grace=grace),
+        **kw,
     )
 
 
@@ -48,11 +59,16 @@ def test_elastic_config_is_validated_naming_field_value_and_what_is_allowed() ->
 
 @pytest.mark.parametrize(
     "resources",
-    [ResourceConfig.with_tpu("v4-16", slice_count=2), ResourceConfig.with_tpu("v4-16", slice_count=[2, 2]),
-     ResourceConfig.with_cpu(replicas=2)],
+    [
+        ResourceConfig.with_tpu("v4-16", slice_count=2),
+        ResourceConfig.with_tpu("v4-16", slice_count=[2, 2]),
+        ResourceConfig.with_cpu(replicas=2),
+    ],
 )
 def test_elastic_needs_a_tpu_device_and_more_than_one_count(resources: ResourceConfig) -> None:
-    with pytest.raises(ValueError, match=r"JobRequest.elastic: needs a TPU device and more than one acceptable slice count"):
+    with pytest.raises(
+        ValueError, match=r"JobRequest.elastic: needs a TPU device and more than one acceptable slice count"
+    ):
         JobRequest(name="j", entrypoint=ENTRY, resources=resources, elastic=ElasticConfig())
     with pytest.raises(TypeError, match="JobRequest.elastic: expected ElasticConfig"):
         JobRequest(name="j", entrypoint=ENTRY, resources=resources, elastic={"grow_after": 1.0})  # type: ignore[arg-type]
@@ -79,13 +95,18 @@ def test_grows_when_slices_free_up_then_shrinks_after_a_preemption_and_grows_aga
     provider = InMemorySliceProvider({"v4-16": 2}, clock, script=script)
     provider.occupy("v4-16-1")  # another job holds it until t=100
     clock.call_at(100.0, provider.vacate, "v4-16-1")
-    runner = runner_for(elastic_request([2, 1], grow_after=600.0, grace=30.0, max_retries_preemption=1), provider, clock)
+    runner = runner_for(
+        elastic_request([2, 1], grow_after=600.0, grace=30.0, max_retries_preemption=1), provider, clock
+    )
     outcome = runner.run()
 
     assert outcome.status is JobStatus.SUCCEEDED
     attempts = runner.info.attempts
     assert [a.outcome for a in attempts] == [
-        AttemptOutcome.RESIZED, AttemptOutcome.PREEMPTED, AttemptOutcome.RESIZED, AttemptOutcome.SUCCEEDED
+        AttemptOutcome.RESIZED,
+        AttemptOutcome.PREEMPTED,
+        AttemptOutcome.RESIZED,
+        AttemptOutcome.SUCCEEDED,
     ]
     assert [len(a.slices) for a in attempts] == [1, 2, 1, 2]
     ended = [a.ended_at - clock.WALL_EPOCH for a in attempts]
@@ -228,7 +249,9 @@ def test_elastic_properties(seed: int, replicas: list[int], grow_after: float, b
         others[f"v4-16-{i}"] = True
     clock.call_at(5.0, other_job)
     clock.call_at(0.25, probe)
-    request = elastic_request(replicas, grow_after=grow_after, max_retries_preemption=budget, max_retries_failure=budget)
+    request = elastic_request(
+        replicas, grow_after=grow_after, max_retries_preemption=budget, max_retries_failure=budget
+    )
     runner = runner_for(request, provider, clock)
     clock.call_at(1000.0, runner.stop)
     runner.run()
@@ -276,15 +299,18 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import helpers  # noqa: E402
-
 from fray_local import LocalCluster, TpuFleet  # noqa: E402
 from fray_local.testing import TEST_POLICY  # noqa: E402
+
+import helpers  # noqa: E402
 
 
 def elastic_host(marks: str, hold: list[int]) -> dict[str, str]:
     """Note what this host saw; on an attempt in ``hold``, run until stopped (checkpointing on SIGTERM)."""
-    env = {k: os.environ.get(k, "") for k in ("FRAY_ATTEMPT", "FRAY_NUM_SLICES", "FRAY_ELASTIC", "TPU_NAME", "FRAY_HOST_ID")}
+    env = {
+        k: os.environ.get(k, "")
+        for k in ("FRAY_ATTEMPT", "FRAY_NUM_SLICES", "FRAY_ELASTIC", "TPU_NAME", "FRAY_HOST_ID")
+    }
     tag = f"a{env['FRAY_ATTEMPT']}-{env['TPU_NAME']}-h{env['FRAY_HOST_ID']}"
     held = int(env["FRAY_ATTEMPT"]) in hold
     if held:
@@ -313,16 +339,24 @@ def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_
 
     def request(name: str, hold: list[int]) -> JobRequest:
         return JobRequest(
-            name=name, entrypoint=Entrypoint(callable=elastic_host, args=(str(marks), hold)),
+            name=name,
+            entrypoint=Entrypoint(callable=elastic_host, args=(str(marks), hold)),
             resources=ResourceConfig(device=TpuConfig(type="v4-16"), replicas=[2, 1]),
-            elastic=ElasticConfig(grow_after=1.0, grace=1.0), max_retries_preemption=1,
+            elastic=ElasticConfig(grow_after=1.0, grace=1.0),
+            max_retries_preemption=1,
         )
 
     try:
         from test_policy import hold_until
 
-        blocker = cluster.launch(JobRequest(name="blocker", entrypoint=Entrypoint(callable=hold_until, args=(go,)),
-                                            resources=ResourceConfig.with_tpu("v4-16"), max_retries_preemption=0))
+        blocker = cluster.launch(
+            JobRequest(
+                name="blocker",
+                entrypoint=Entrypoint(callable=hold_until, args=(go,)),
+                resources=ResourceConfig.with_tpu("v4-16"),
+                max_retries_preemption=0,
+            )
+        )
         helpers.wait_for(lambda: cluster.poll(blocker).status is JobStatus.RUNNING, what="blocker running")
         grows = cluster.launch(request("grows", hold=[0]))
         helpers.wait_for(lambda: cluster.poll(grows).status is JobStatus.RUNNING, what="elastic job running")
@@ -331,7 +365,8 @@ def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_
         info = cluster.wait(grows, timeout=60)
         assert info.status is JobStatus.SUCCEEDED, info.error
         assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
-            (AttemptOutcome.RESIZED, 1), (AttemptOutcome.SUCCEEDED, 2)
+            (AttemptOutcome.RESIZED, 1),
+            (AttemptOutcome.SUCCEEDED, 2),
         ]
         assert (info.preemptions, info.failures) == (0, 0)
         assert len(info.result) == 4 and {r["FRAY_NUM_SLICES"] for r in info.result} == {"2"}
@@ -343,17 +378,21 @@ def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_
 
         shrinks = cluster.launch(request("shrinks", hold=[0]))
         first = helpers.wait_for(
-            lambda: (i := cluster.poll(shrinks)).status is JobStatus.RUNNING and i.attempts and i.attempts[0], what="running"
+            lambda: (i := cluster.poll(shrinks)).status is JobStatus.RUNNING and i.attempts and i.attempts[0],
+            what="running",
         )
         assert len(first.slices) == 2
         fleet.preempt(first.slices[1], restore_after=None)  # that slice is gone: the job shrinks to 1
         info = cluster.wait(shrinks, timeout=60)
         assert info.status is JobStatus.SUCCEEDED, info.error
         assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
-            (AttemptOutcome.PREEMPTED, 2), (AttemptOutcome.SUCCEEDED, 1)
+            (AttemptOutcome.PREEMPTED, 2),
+            (AttemptOutcome.SUCCEEDED, 1),
         ]
         assert info.preemptions == 1 and len(info.result) == 2
-        assert {r["FRAY_NUM_SLICES"] for r in info.result} == {"1"} and {r["FRAY_ELASTIC"] for r in info.result} == {"1"}
+        assert {r["FRAY_NUM_SLICES"] for r in info.result} == {"1"} and {r["FRAY_ELASTIC"] for r in info.result} == {
+            "1"
+        }
     finally:
         open(go, "w").close()
         cluster.close()
@@ -364,10 +403,17 @@ def test_the_cli_timeline_draws_a_resized_attempt() -> None:
     from fray_core.cli.output import timeline
     from fray_core.types import Attempt, JobInfo
 
-    info = JobInfo(job_id="j", name="j", status=JobStatus.SUCCEEDED, submitted_at=100.0, finished_at=104.0, attempts=[
-        Attempt(0, ["s-0"], 100.0, 102.0, AttemptOutcome.RESIZED, "resized", acquired_at=100.0),
-        Attempt(1, ["s-0", "s-1"], 102.0, 104.0, AttemptOutcome.SUCCEEDED, acquired_at=102.0),
-    ])
+    info = JobInfo(
+        job_id="j",
+        name="j",
+        status=JobStatus.SUCCEEDED,
+        submitted_at=100.0,
+        finished_at=104.0,
+        attempts=[
+            Attempt(0, ["s-0"], 100.0, 102.0, AttemptOutcome.RESIZED, "resized", acquired_at=100.0),
+            Attempt(1, ["s-0", "s-1"], 102.0, 104.0, AttemptOutcome.SUCCEEDED, acquired_at=102.0),
+        ],
+    )
     lines = timeline(info, width=21)
     assert lines[0] == "s-0 |0+++++++++1==========|"
     assert lines[-1] == "N attempt N starts  = succeeded  + resized (stopped to grow)  attempt 1 resized 1 -> 2 slices"

@@ -24,7 +24,12 @@ def quick_host() -> str:
 
 
 def tpu_request(fn=quick_host, slices: int = 2, **kw) -> JobRequest:
-    return JobRequest(name="sim", entrypoint=Entrypoint(callable=fn), resources=ResourceConfig.with_tpu("v4-16", slice_count=slices), **kw)
+    return JobRequest(
+        name="sim",
+        entrypoint=Entrypoint(callable=fn),
+        resources=ResourceConfig.with_tpu("v4-16", slice_count=slices),
+        **kw,
+    )
 
 
 def make_cluster(tmp_path: Path, fleet: TpuFleet, **policy) -> LocalCluster:
@@ -55,11 +60,16 @@ def test_fault_plan_preemption_is_recovered(tmp_path: Path) -> None:
 
 
 def test_injected_host_failure_counts_against_the_failure_budget(tmp_path: Path) -> None:
-    fleet = TpuFleet({"v4-16": 2}, fault_plan=FaultPlan([FailHost(attempt=0, slice_index=1, host_index=1, message="bad HBM")]))
+    fleet = TpuFleet(
+        {"v4-16": 2}, fault_plan=FaultPlan([FailHost(attempt=0, slice_index=1, host_index=1, message="bad HBM")])
+    )
     cluster = make_cluster(tmp_path, fleet)
     info = cluster.wait(cluster.launch(tpu_request(max_retries_failure=1)), timeout=60)
     assert outcomes(info) == ["FAILED", "SUCCEEDED"] and info.failures == 1
-    assert "slice 1 (v4-16-1) host 1" in info.attempts[0].cause and "SimulatedHostFailure: bad HBM" in info.attempts[0].cause
+    assert (
+        "slice 1 (v4-16-1) host 1" in info.attempts[0].cause
+        and "SimulatedHostFailure: bad HBM" in info.attempts[0].cause
+    )
     cluster.close()
 
 
@@ -99,7 +109,9 @@ def test_waiting_for_capacity_is_unschedulable_with_a_diagnosis_then_runs(tmp_pa
 
 
 def test_capacity_drop_in_a_fault_plan_preempts_running_slices(tmp_path: Path) -> None:
-    fleet = TpuFleet({"v4-16": 2}, fault_plan=FaultPlan([DropCapacity(attempt=0, tpu_type="v4-16", to=0, duration=0.5, after=0.3)]))
+    fleet = TpuFleet(
+        {"v4-16": 2}, fault_plan=FaultPlan([DropCapacity(attempt=0, tpu_type="v4-16", to=0, duration=0.5, after=0.3)])
+    )
     cluster = make_cluster(tmp_path, fleet)
     info = cluster.wait(cluster.launch(tpu_request(slow_host)), timeout=60)
     assert info.status == JobStatus.SUCCEEDED and outcomes(info)[0] == "PREEMPTED"
@@ -111,8 +123,12 @@ def test_a_request_that_can_never_fit_fails_at_once(tmp_path: Path) -> None:
     info = cluster.wait(cluster.launch(tpu_request(slices=3)), timeout=30)
     assert info.status == JobStatus.FAILED and outcomes(info) == ["UNSCHEDULABLE"]
     assert "asked: 3 x v4-16; fleet has 2 v4-16 slice(s) in all" in info.error and "can never fit" in info.error
-    other = cluster.wait(cluster.launch(JobRequest(name="x", entrypoint=Entrypoint(callable=quick_host),
-                                                   resources=ResourceConfig.with_tpu("v5p-8"))), timeout=30)
+    other = cluster.wait(
+        cluster.launch(
+            JobRequest(name="x", entrypoint=Entrypoint(callable=quick_host), resources=ResourceConfig.with_tpu("v5p-8"))
+        ),
+        timeout=30,
+    )
     assert other.status == JobStatus.FAILED and "fleet has 0 v5p-8 slice(s) in all" in other.error
     cluster.close()
 
@@ -167,7 +183,9 @@ def test_a_fault_belongs_to_the_attempt_it_was_armed_for(tmp_path: Path) -> None
     ends at the first, and its second fault must die with it instead of landing on attempt 1 (or on the
     free slice). Run twice: the same seed replays the same faults."""
     plan = FaultPlan.chaos(seed=167, rate=0.5, max_slices=2, horizon=1.5)
-    assert [(f.slice_index, f.after) for f in plan.for_attempt(0)] == [(0, 0.132), (1, 1.45)] and not plan.for_attempt(1)
+    assert [(f.slice_index, f.after) for f in plan.for_attempt(0)] == [(0, 0.132), (1, 1.45)] and not plan.for_attempt(
+        1
+    )
     for i in range(2):
         fleet = TpuFleet({"v4-16": 2}, fault_plan=plan)
         cluster = make_cluster(tmp_path / str(i), fleet)

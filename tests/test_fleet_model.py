@@ -27,12 +27,16 @@ TYPES = {"v4-16": 3, "v4-8": 2}  # 2 hosts and 1 host per slice
 NAMES = [f"{t}-{i}" for t, n in TYPES.items() for i in range(n)]
 RESTORE = st.sampled_from([0.0, 1.5, 4.0, None])
 
-ACQUIRE = st.tuples(st.just("acquire"), st.sampled_from(list(TYPES)), st.lists(st.integers(1, 4), min_size=1, max_size=3))
+ACQUIRE = st.tuples(
+    st.just("acquire"), st.sampled_from(list(TYPES)), st.lists(st.integers(1, 4), min_size=1, max_size=3)
+)
 RELEASE = st.tuples(st.just("release"), st.integers(0, 50))
 ARM = st.tuples(
     st.just("arm"),
     st.integers(0, 2),
-    st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 6.0).map(lambda x: round(x, 2)), RESTORE), min_size=1, max_size=3),
+    st.lists(
+        st.tuples(st.integers(0, 2), st.floats(0.0, 6.0).map(lambda x: round(x, 2)), RESTORE), min_size=1, max_size=3
+    ),
 )
 op = st.one_of(
     ACQUIRE,
@@ -44,7 +48,12 @@ op = st.one_of(
     st.tuples(st.just("preempt"), st.sampled_from(NAMES), RESTORE),
     st.tuples(st.just("restore"), st.sampled_from(NAMES)),
     st.tuples(st.just("drop"), st.sampled_from(list(TYPES)), st.integers(0, 3), RESTORE),
-    st.tuples(st.just("health"), st.sampled_from(NAMES), st.integers(0, 1), st.sampled_from(["break", "repair", "dirty", "clean"])),
+    st.tuples(
+        st.just("health"),
+        st.sampled_from(NAMES),
+        st.integers(0, 1),
+        st.sampled_from(["break", "repair", "dirty", "clean"]),
+    ),
     st.tuples(st.just("advance"), st.floats(0.0, 5.0).map(lambda x: round(x, 2))),
 )
 
@@ -91,7 +100,9 @@ class Probe:
                 assert f"job-{len(self.leases)}" in fleet.queue(tpu)
                 fleet.leave_queue(f"job-{len(self.leases)}")
                 return
-            assert got is not None and [lease.slice for lease in got] == free[: max(fits)]  # all or nothing, lowest first
+            assert (
+                got is not None and [lease.slice for lease in got] == free[: max(fits)]
+            )  # all or nothing, lowest first
             for lease in got:
                 lease.on_lost = self._lost
             self.leases.extend(got)
@@ -117,7 +128,9 @@ class Probe:
             if not live:
                 return
             group = [lease for lease in live if lease.holder == live[-1].holder]
-            faults = [PreemptSlice(attempt=self.attempt, slice_index=s, after=after, restore_after=r) for s, after, r in o[2]]
+            faults = [
+                PreemptSlice(attempt=self.attempt, slice_index=s, after=after, restore_after=r) for s, after, r in o[2]
+            ]
             fleet.fault_plan = FaultPlan(faults)
             now = self.clock.now()
             for f in faults:
@@ -138,7 +151,9 @@ class Probe:
                 assert fleet.host_health(name, host) is HostHealth.HEALTHY
             elif what == "dirty":
                 fleet.make_dirty(name, host)
-                assert fleet.host_health(name, host) is (HostHealth.BROKEN if was is HostHealth.BROKEN else HostHealth.DIRTY)
+                assert fleet.host_health(name, host) is (
+                    HostHealth.BROKEN if was is HostHealth.BROKEN else HostHealth.DIRTY
+                )
             else:
                 assert fleet.clean(name, host) == (was is HostHealth.DIRTY)
         elif kind == "advance":
@@ -152,7 +167,9 @@ class Probe:
                 for sl in fleet.slices():
                     n, held = before[sl.name]
                     if sl.preemptions != n:
-                        assert held is not None and (held, due) in self.armed, f"{sl.name} preempted at {due} by no fault of its holder"
+                        assert held is not None and (held, due) in self.armed, (
+                            f"{sl.name} preempted at {due} by no fault of its holder"
+                        )
             self.passing = False
             self.clock.advance_to(target)
         self.check()
@@ -232,7 +249,9 @@ REQUEST = JobRequest(
 )
 
 
-def run(provider: InMemorySliceProvider, request: JobRequest = REQUEST, job_id: str = "job-1", **budgets: int) -> GangRunner:
+def run(
+    provider: InMemorySliceProvider, request: JobRequest = REQUEST, job_id: str = "job-1", **budgets: int
+) -> GangRunner:
     import attrs
 
     runner = GangRunner(
@@ -251,7 +270,9 @@ def outcomes(runner: GangRunner) -> list[str]:
 def test_a_fault_armed_for_an_attempt_never_lands_on_the_next_one() -> None:
     # attempt 0 fails at once (its host 0 is failed by the plan); its preemption, planned 5 s in, must not
     # hit attempt 1, which runs on the same slices from t=1 to t=11
-    plan = FaultPlan([FailHost(attempt=0, slice_index=0, host_index=0), PreemptSlice(attempt=0, slice_index=0, after=5.0)])
+    plan = FaultPlan(
+        [FailHost(attempt=0, slice_index=0, host_index=0), PreemptSlice(attempt=0, slice_index=0, after=5.0)]
+    )
     provider = InMemorySliceProvider(
         {"v4-16": 2}, fault_plan=plan, script=lambda a, s, h: HostScript("SUCCEEDED", after=10.0)
     )
@@ -263,7 +284,9 @@ def test_a_fault_armed_for_an_attempt_never_lands_on_the_next_one() -> None:
 
 def test_a_fault_armed_for_one_job_never_lands_on_the_next_job() -> None:
     plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=5.0)])
-    provider = InMemorySliceProvider({"v4-16": 2}, fault_plan=plan, script=lambda a, s, h: HostScript("SUCCEEDED", after=1.0))
+    provider = InMemorySliceProvider(
+        {"v4-16": 2}, fault_plan=plan, script=lambda a, s, h: HostScript("SUCCEEDED", after=1.0)
+    )
     first = run(provider, job_id="a")  # done at t=1, before its planned preemption
     assert outcomes(first) == ["SUCCEEDED"]
     provider.script = lambda a, s, h: HostScript("SUCCEEDED", after=10.0)
@@ -287,7 +310,9 @@ def test_a_chaos_seed_replays_the_same_faults_attempt_by_attempt() -> None:
     assert len(expected) == 3 and any(f.after > 2.0 for f in plan.for_attempt(0) + plan.for_attempt(1))
 
     def history() -> list[tuple[str, str]]:
-        provider = InMemorySliceProvider({"v4-16": 2}, fault_plan=plan, script=lambda a, s, h: HostScript("SUCCEEDED", after=2.0))
+        provider = InMemorySliceProvider(
+            {"v4-16": 2}, fault_plan=plan, script=lambda a, s, h: HostScript("SUCCEEDED", after=2.0)
+        )
         runner = run(provider, max_retries_preemption=50)
         return [(a.outcome.value, a.cause or "") for a in runner.info.attempts]
 
@@ -302,7 +327,9 @@ def test_a_broken_host_fails_every_start_as_the_infrastructures_fault_until_repa
     runner = run(provider, max_retries_preemption=2)
     # two device failures of the host quarantine its slice (quarantine_after=2): then 2 slices are not there
     assert outcomes(runner) == ["PREEMPTED", "PREEMPTED", "UNSCHEDULABLE"] and runner.info.failures == 0
-    assert all("TpuDeviceError: the TPU device of v4-16-1 host 0 is broken" in a.cause for a in runner.info.attempts[:2])
+    assert all(
+        "TpuDeviceError: the TPU device of v4-16-1 host 0 is broken" in a.cause for a in runner.info.attempts[:2]
+    )
     assert "1 quarantined (v4-16-1)" in runner.info.attempts[2].cause
     assert provider.slice_states() == {"v4-16-0": "free", "v4-16-1": "free"}  # the slice is not preempted
     provider.repair_host("v4-16-1", 0)
@@ -313,7 +340,10 @@ def test_a_crashed_host_is_dirty_and_cleaned_before_the_next_start_unless_hygien
     plan = FaultPlan([FailHost(attempt=0, slice_index=0, host_index=1, crash=True, message="segfault")])
     provider = InMemorySliceProvider({"v4-16": 1}, fault_plan=plan)
     runner = run(provider, REQUEST_1, max_retries_failure=1)
-    assert outcomes(runner) == ["FAILED", "SUCCEEDED"] and "simulated crash on v4-16-0 host 1" in runner.info.attempts[0].cause
+    assert (
+        outcomes(runner) == ["FAILED", "SUCCEEDED"]
+        and "simulated crash on v4-16-0 host 1" in runner.info.attempts[0].cause
+    )
     assert provider.fleet.host_health("v4-16-0", 1) is HostHealth.HEALTHY  # cleaned at the start of attempt 1
 
     dirty = InMemorySliceProvider({"v4-16": 1}, fault_plan=plan, clean_hosts=False)

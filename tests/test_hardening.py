@@ -87,15 +87,35 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
     env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"))
     demo = subprocess.run(
         [sys.executable, str(REPO / "examples" / "multislice_demo.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "PREEMPTED" in demo.stdout  # the simulated preemption did happen
     assert "Traceback" not in demo.stdout + demo.stderr, demo.stdout + demo.stderr
     sim = subprocess.run(
-        [sys.executable, "-m", "fray_core.cli", "sim", "--preemptions", "1", "--seed", "3", "--steps", "4",
-         "--step-time", "0.2"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "fray_core.cli",
+            "sim",
+            "--preemptions",
+            "1",
+            "--seed",
+            "3",
+            "--steps",
+            "4",
+            "--step-time",
+            "0.2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert sim.returncode == 0, sim.stdout + sim.stderr
     assert "PREEMPTED" in sim.stdout
@@ -121,9 +141,18 @@ def _entry() -> Entrypoint:
 # (the field as the error names it, a constructor taking the bad value); None is allowed where "no limit"
 # is the documented meaning, and 1e300 where no upper bound exists
 FIELDS = {
-    **{f"RetryPolicy.{f}": (lambda v, f=f: RetryPolicy(**{f: v})) for f in (
-        "backoff_initial", "backoff_max", "backoff_multiplier", "schedule_timeout", "poll_interval",
-        "cancel_grace", "host_start_timeout")},
+    **{
+        f"RetryPolicy.{f}": (lambda v, f=f: RetryPolicy(**{f: v}))
+        for f in (
+            "backoff_initial",
+            "backoff_max",
+            "backoff_multiplier",
+            "schedule_timeout",
+            "poll_interval",
+            "cancel_grace",
+            "host_start_timeout",
+        )
+    },
     "ElasticConfig.grow_after": lambda v: ElasticConfig(grow_after=v),
     "ElasticConfig.grace": lambda v: ElasticConfig(grace=v),
     "ResourceConfig.cpu": lambda v: ResourceConfig(cpu=v),
@@ -140,7 +169,10 @@ FIELDS = {
     "quarantine_for": lambda v: Fleet(quarantine_for=v),
 }
 UNBOUNDED_ABOVE = {
-    "ResourceConfig.cpu", "JobRequest.max_retries_failure", "JobRequest.max_retries_preemption", "FailHost.host_index",
+    "ResourceConfig.cpu",
+    "JobRequest.max_retries_failure",
+    "JobRequest.max_retries_preemption",
+    "FailHost.host_index",
     "DirtyHost.attempt",
 }
 
@@ -287,7 +319,7 @@ def test_line_splitter_memory_is_bounded_without_any_newline(chunks: list[bytes]
         assert len(splitter._cur) <= 8 and len(splitter._prog or b"") <= 8
 
 
-LAUNCHER = r'''
+LAUNCHER = r"""
 import resource, sys
 from fray_core import Entrypoint, JobRequest
 from fray_local import LocalCluster
@@ -305,7 +337,7 @@ after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 lines = list(cluster.logs(job))
 cluster.close()
 print(info.status.value, (after - before) // 1024, len(lines), repr(lines[-1][-40:]))
-'''
+"""
 
 
 @linux_only
@@ -313,7 +345,10 @@ def test_progress_bars_without_newlines_take_bounded_memory_and_the_last_line_is
     (tmp_path / "launcher.py").write_text(LAUNCHER)
     r = subprocess.run(
         [sys.executable, str(tmp_path / "launcher.py"), str(tmp_path / "jobs"), "200"],  # 200 MB of output
-        env=_env(), capture_output=True, text=True, timeout=600,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     status, grew_mib, n_lines, last = r.stdout.split(maxsplit=3)
@@ -348,7 +383,7 @@ def test_a_pump_behind_its_host_loses_no_line(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------- 5. a session listener under a flood of silent peers
 
-FLOOD_OWNER = r'''
+FLOOD_OWNER = r"""
 import json, os, resource, subprocess, sys, threading, time
 from multiprocessing.connection import Client
 from fray_core import session as S
@@ -382,9 +417,9 @@ flood.kill(); flood.wait()
 conn.close(); core.close()
 print(json.dumps({"registered": bool(registered), "joined_s": joined, "threads": peak_threads, "fds": peak_fds,
                   "cpu": cpu, "flood": made}))
-'''
+"""
 
-FLOODER = r'''
+FLOODER = r"""
 import resource, socket, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
@@ -401,7 +436,7 @@ while time.monotonic() < end and len(held) < 1100:  # 1,100 silent connections, 
         s.close()
 print(len(held), flush=True)
 time.sleep(60)
-'''
+"""
 
 
 @linux_only
@@ -436,7 +471,9 @@ def test_a_wall_clock_jump_changes_no_duration_and_no_goodput(jump: float) -> No
     provider = InMemorySliceProvider({"v4-16": 2}, clock, script=script)
     provider.preempt("v4-16-1", restore_after=4.0)
     request = JobRequest(
-        name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16", slice_count=2),
+        name="job",
+        entrypoint=Entrypoint(binary="train"),
+        resources=ResourceConfig.with_tpu("v4-16", slice_count=2),
         max_retries_preemption=10,
     )
     policy = RetryPolicy(backoff_initial=5.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=1.0)
@@ -446,8 +483,14 @@ def test_a_wall_clock_jump_changes_no_duration_and_no_goodput(jump: float) -> No
     assert runner.run().status is JobStatus.SUCCEEDED
     info = runner.info
     assert [a.ended_at - a.started_at for a in info.attempts] == [6.0, 3.0]  # type: ignore[operator]
-    assert info.goodput == Goodput(pending_s=9.0, productive_s=3.0, lost_s=2.0,
-                                   pending_chip_s=9.0 * 16, productive_chip_s=3.0 * 16, lost_chip_s=2.0 * 16)
+    assert info.goodput == Goodput(
+        pending_s=9.0,
+        productive_s=3.0,
+        lost_s=2.0,
+        pending_chip_s=9.0 * 16,
+        productive_chip_s=3.0 * 16,
+        lost_chip_s=2.0 * 16,
+    )
     assert info.finished_at - info.submitted_at == 14.0  # type: ignore[operator]
 
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import wait_for
-
 from fray_core.records import pid_alive
+
+from helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,13 @@ WORKER = r"""
 import os, subprocess, sys
 from fray_ray._host import _Reaper
 reaper = _Reaper()
-child = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+child = subprocess.Popen(
+    ["sleep", "120"],
+    start_new_session=True,
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
 print(child.pid, flush=True)
 os._exit(0 if "ray" not in sys.modules else 3)
 """
@@ -59,7 +65,9 @@ print(reaper.token, flush=True)
 sys.stdin.readline()
 reaper.finish()
 """
-    worker = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     try:
         assert worker.stdout is not None and worker.stdin is not None
         mark = f"FRAY_HOST_TOKEN={worker.stdout.readline().strip()}".encode()

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import helpers
 
 from fray_core import (
     CpuConfig,
@@ -32,6 +31,8 @@ from fray_core.records import pid_alive
 from fray_local import LocalCluster
 from fray_local.testing import TEST_POLICY
 
+import helpers
+
 
 @pytest.fixture
 def cluster(tmp_path: Path):
@@ -44,6 +45,7 @@ def cluster(tmp_path: Path):
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll a condition with a deadline (for state owned by other processes)."""
     return helpers.wait_for(predicate, timeout, what, interval=0.02)
+
 
 # ------------------------------------------------------------------------------- functions run in jobs
 
@@ -149,7 +151,9 @@ def test_jobs_run_in_subprocesses_with_their_own_env_and_the_callers_cwd(cluster
 
 def test_results_are_in_replica_order_and_logs_are_tagged_per_replica(cluster: LocalCluster) -> None:
     job_id = cluster.launch(
-        JobRequest(name="shout", entrypoint=Entrypoint.from_callable(shout, args=(4,)), resources=ResourceConfig(replicas=3))
+        JobRequest(
+            name="shout", entrypoint=Entrypoint.from_callable(shout, args=(4,)), resources=ResourceConfig(replicas=3)
+        )
     )
     info = cluster.wait(job_id, timeout=60, raise_on_failure=True)
     assert info.result == [40, 41, 42]
@@ -180,7 +184,7 @@ def test_a_failing_replica_stops_its_siblings_and_the_job_retries_within_the_fai
     # the hanging sibling of every attempt was killed
     for attempt in (0, 1):
         sibling = int((tmp_path / f"{attempt}-1.pid").read_text())
-        wait_for(lambda: not pid_alive(sibling), what=f"sibling of attempt {attempt} to die")
+        wait_for(lambda sibling=sibling: not pid_alive(sibling), what=f"sibling of attempt {attempt} to die")
     with pytest.raises(JobFailedError, match=r"ended FAILED: failed 2 time\(s\)"):
         cluster.wait(job_id, raise_on_failure=True)
 
@@ -201,7 +205,10 @@ def test_fail_once_then_succeed(cluster: LocalCluster, tmp_path: Path) -> None:
 def test_terminate_kills_the_whole_process_tree(cluster: LocalCluster, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     job_id = cluster.launch(
-        JobRequest(name="hang", entrypoint=Entrypoint(callable=spawn_grandchild_and_hang, function_args={"pid_file": str(pid_file)}))
+        JobRequest(
+            name="hang",
+            entrypoint=Entrypoint(callable=spawn_grandchild_and_hang, function_args={"pid_file": str(pid_file)}),
+        )
     )
     wait_for(pid_file.exists, what="the job to start its grandchild")
     host_pid, grandchild = map(int, pid_file.read_text().split())
@@ -301,7 +308,10 @@ def test_a_job_whose_launcher_died_shows_as_failed_and_its_hosts_die(cluster: Lo
 def test_terminate_from_another_cluster_object_stops_the_owners_job(cluster: LocalCluster, tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     job_id = cluster.launch(
-        JobRequest(name="hang", entrypoint=Entrypoint(callable=spawn_grandchild_and_hang, function_args={"pid_file": str(pid_file)}))
+        JobRequest(
+            name="hang",
+            entrypoint=Entrypoint(callable=spawn_grandchild_and_hang, function_args={"pid_file": str(pid_file)}),
+        )
     )
     wait_for(pid_file.exists, what="the job to start")
     LocalCluster(jobs_dir=cluster.store.root).terminate(job_id)  # goes through the stop request in the store
@@ -334,13 +344,24 @@ def cwd_now() -> str:
 def test_workspace_is_the_working_dir_and_missing_pip_packages_warn(cluster: LocalCluster, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    req = JobRequest(name="ws", entrypoint=Entrypoint(callable=cwd_now), environment=create_environment(workspace=str(ws)))
+    req = JobRequest(
+        name="ws", entrypoint=Entrypoint(callable=cwd_now), environment=create_environment(workspace=str(ws))
+    )
     assert cluster.wait(cluster.launch(req), timeout=30).result == [str(ws)]
     with pytest.warns(UserWarning, match=r"pip_packages: 'surely-not-installed-pkg==1.0' not installed"):
         job = cluster.launch(
-            JobRequest(name="p", entrypoint=Entrypoint(callable=cwd_now),
-                       environment=create_environment(pip_packages=["attrs>=20", "surely-not-installed-pkg==1.0"]))
+            JobRequest(
+                name="p",
+                entrypoint=Entrypoint(callable=cwd_now),
+                environment=create_environment(pip_packages=["attrs>=20", "surely-not-installed-pkg==1.0"]),
+            )
         )
     cluster.wait(job, timeout=30)
     with pytest.raises(ValueError, match=r"EnvironmentConfig.workspace: '/no/such/dir' is not a directory"):
-        cluster.launch(JobRequest(name="w", entrypoint=Entrypoint(callable=cwd_now), environment=create_environment(workspace="/no/such/dir")))
+        cluster.launch(
+            JobRequest(
+                name="w",
+                entrypoint=Entrypoint(callable=cwd_now),
+                environment=create_environment(workspace="/no/such/dir"),
+            )
+        )

@@ -35,7 +35,9 @@ def cluster_type(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def cluster(cluster_type: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def cluster(
+    cluster_type: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
     if cluster_type == "ray":
         fake = request.getfixturevalue("ray_tpu_cluster")
         with using_cluster(fake.cluster):
@@ -69,20 +71,21 @@ def test_import_fray_never_imports_ray() -> None:
         "from fray.v1.job import SyncContext, ThreadContext, create_job_ctx\n"
         "assert 'ray' not in sys.modules, 'ray imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    )
 
 
 def test_marin_import_paths_are_frays_own_classes() -> None:
-    import fray.v1.cluster
-    import fray.v1.job
-    from fray.v1.cluster.base import JobStatus
-
     import fray
     import fray.cluster
     import fray.job
+    import fray.v1.cluster
+    import fray.v1.job
     import fray_core
     import fray_local
     from fray.cluster.ray.tpu import run_on_pod
+    from fray.v1.cluster.base import JobStatus
     from fray_core.compat.levanter import run_on_pod as fray_run_on_pod
 
     assert fray.JobRequest is fray.cluster.JobRequest is fray.v1.cluster.JobRequest is fray_core.JobRequest
@@ -137,7 +140,9 @@ def test_jax_platforms_cpu_by_default_and_overridable(local_cluster: Any) -> Non
     from fray.cluster import Entrypoint, JobRequest, ResourceConfig, create_environment
 
     def run(**env: str) -> dict[str, str]:
-        req = JobRequest(name="env", entrypoint=Entrypoint(callable=_job_env), environment=create_environment(env_vars=env))
+        req = JobRequest(
+            name="env", entrypoint=Entrypoint(callable=_job_env), environment=create_environment(env_vars=env)
+        )
         return local_cluster.wait(local_cluster.launch(req), timeout=120, raise_on_failure=True).result[0]
 
     env = run()
@@ -350,12 +355,12 @@ def test_environment_integration(cluster, cluster_type, tmp_path):
         env_vars = json.load(f)
 
     # Verify our custom var
-    assert (
-        "TEST_INTEGRATION_VAR" in env_vars
-    ), f"TEST_INTEGRATION_VAR should be set by the cluster: found {env_vars.keys()}"
-    assert (
-        env_vars["TEST_INTEGRATION_VAR"] == "test_value_123"
-    ), f"TEST_INTEGRATION_VAR should be set to 'test_value_123': found {env_vars['TEST_INTEGRATION_VAR']}"
+    assert "TEST_INTEGRATION_VAR" in env_vars, (
+        f"TEST_INTEGRATION_VAR should be set by the cluster: found {env_vars.keys()}"
+    )
+    assert env_vars["TEST_INTEGRATION_VAR"] == "test_value_123", (
+        f"TEST_INTEGRATION_VAR should be set to 'test_value_123': found {env_vars['TEST_INTEGRATION_VAR']}"
+    )
     assert "FRAY_CLUSTER_SPEC" in env_vars, f"FRAY_CLUSTER_SPEC should be set by the cluster: found {env_vars.keys()}"
 
 

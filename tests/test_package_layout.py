@@ -49,7 +49,9 @@ def _imports(tree: ast.AST, package: str) -> list[tuple[str, int]]:
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - child.level + 1] + ([base] if base else [])
+                    )
                 found.append((base, child.lineno))
                 found.extend((f"{base}.{a.name}", child.lineno) for a in child.names)
             visit(child)
@@ -85,7 +87,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = dfs(nxt)
                 if found:
@@ -120,8 +122,10 @@ def test_the_scan_sees_cycles_and_backend_imports(tmp_path: Path) -> None:
     pkg = tmp_path / "fray_core"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fray_core import c\n"
-                              "def f():\n    from fray_core.b import x\n")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fray_core import c\n"
+        "def f():\n    from fray_core.b import x\n"
+    )
     (pkg / "b.py").write_text("from fray_core.sub import d\n")
     (pkg / "c.py").write_text("import fray_core.a\n")  # only a TYPE_CHECKING import comes back: no cycle
     (pkg / "sub" / "__init__.py").write_text("")
@@ -135,14 +139,24 @@ def test_the_scan_sees_cycles_and_backend_imports(tmp_path: Path) -> None:
     ray_pkg = tmp_path / "fray_ray"
     ray_pkg.mkdir()
     (ray_pkg / "__init__.py").write_text("")
-    (ray_pkg / "x.py").write_text("import fray_ray.y\nfrom fray_core import a\ndef f():\n    from fray_local.cluster import z\n")
+    (ray_pkg / "x.py").write_text(
+        "import fray_ray.y\nfrom fray_core import a\ndef f():\n    from fray_local.cluster import z\n"
+    )
     assert import_graph(ray_pkg)[1] == ["fray_ray.x:4 fray_local.cluster", "fray_ray.x:4 fray_local.cluster.z"]
 
 
 @pytest.mark.parametrize("code", ["import fray_core", "import fray_core.cluster, fray_core.types, fray_local"])
 def test_importing_fray_core_never_loads_the_cli_terminal_library(code: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-c", f"{code}; import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m.startswith('fray_core.cli')))"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-c",
+            f"{code}; import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or "
+            f"m.startswith('fray_core.cli')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     assert out.strip() == "[]"

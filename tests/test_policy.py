@@ -11,17 +11,24 @@ from fray_core.types import AttemptOutcome, Entrypoint, JobInfo, JobRequest, Job
 ENTRY = Entrypoint(binary="train")
 
 
-def tpu_request(tpu: str = "v4-16", replicas: int | list[int] = 1, *, preemptions: int = 10, failures: int = 0) -> JobRequest:
+def tpu_request(
+    tpu: str = "v4-16", replicas: int | list[int] = 1, *, preemptions: int = 10, failures: int = 0
+) -> JobRequest:
     return JobRequest(
-        name="job", entrypoint=ENTRY, resources=ResourceConfig.with_tpu(tpu, slice_count=replicas),
-        max_retries_preemption=preemptions, max_retries_failure=failures,
+        name="job",
+        entrypoint=ENTRY,
+        resources=ResourceConfig.with_tpu(tpu, slice_count=replicas),
+        max_retries_preemption=preemptions,
+        max_retries_failure=failures,
     )
 
 
 def runner_for(request: JobRequest, provider: InMemorySliceProvider, clock: FakeClock, **policy: float) -> GangRunner:
     kw = dict(backoff_initial=5.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=1.0)
     kw.update(policy)
-    return GangRunner("job-1", request, provider, policy=RetryPolicy(**kw), clock=clock, wall=clock.wall, sleep=clock.sleep)
+    return GangRunner(
+        "job-1", request, provider, policy=RetryPolicy(**kw), clock=clock, wall=clock.wall, sleep=clock.sleep
+    )
 
 
 # ------------------------------------------------------------------------------------------------ goodput
@@ -40,8 +47,14 @@ def test_goodput_splits_wall_time_into_pending_productive_and_lost() -> None:
     assert outcome.status is JobStatus.SUCCEEDED
     g = runner.info.goodput
     # 4 s waiting, 2 s on a preempted attempt, 5 s backoff, 3 s that produced the result
-    assert g == Goodput(pending_s=9.0, productive_s=3.0, lost_s=2.0,
-                        pending_chip_s=9.0 * 16, productive_chip_s=3.0 * 16, lost_chip_s=2.0 * 16)
+    assert g == Goodput(
+        pending_s=9.0,
+        productive_s=3.0,
+        lost_s=2.0,
+        pending_chip_s=9.0 * 16,
+        productive_chip_s=3.0 * 16,
+        lost_chip_s=2.0 * 16,
+    )
     assert g.ratio == 3.0 / 14.0 and g.chip_ratio == 3.0 / 14.0
     assert [a.acquired_at - clock.WALL_EPOCH for a in runner.info.attempts] == [4.0, 11.0]
     record = runner.info.to_json()  # another process reads the record
@@ -90,7 +103,9 @@ def test_waiting_for_slices_other_jobs_hold_is_pending_with_no_attempt_and_no_bu
     assert [a.outcome for a in runner.info.attempts] == [AttemptOutcome.SUCCEEDED]
     assert runner.info.preemptions == 0 and clock.now() == 1001.0
     waiting = [s for s in seen if s[1] is not None]
-    assert waiting and set(waiting) == {("PENDING", "queued: 1st for 2 x v4-16; fleet: 1 free, 1 held by (another job)", 0)}
+    assert waiting and set(waiting) == {
+        ("PENDING", "queued: 1st for 2 x v4-16; fleet: 1 free, 1 held by (another job)", 0)
+    }
     assert runner.info.pending_reason is None and runner.info.goodput.pending_s == 1000.0
     provider.check()
 
@@ -146,14 +161,15 @@ COUNTS = [(1,), (2,), (3,), (4,), (2, 1), (4, 2), (4, 2, 1)]
 @settings(max_examples=300, deadline=None)
 @given(
     slices=st.integers(1, 4),
-    jobs=st.lists(
-        st.tuples(st.integers(0, 20), st.sampled_from(COUNTS), st.integers(1, 10)), min_size=1, max_size=12
-    ),
+    jobs=st.lists(st.tuples(st.integers(0, 20), st.sampled_from(COUNTS), st.integers(1, 10)), min_size=1, max_size=12),
     preemptions=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.sampled_from([1.0, 7.0])), max_size=4),
     data=st.data(),
 )
 def test_no_job_starts_after_a_younger_one_on_the_fleet_model(
-    slices: int, jobs: list[tuple[int, tuple[int, ...], int]], preemptions: list[tuple[int, int, float]], data: st.DataObject
+    slices: int,
+    jobs: list[tuple[int, tuple[int, ...], int]],
+    preemptions: list[tuple[int, int, float]],
+    data: st.DataObject,
 ) -> None:
     """Jobs arrive (several at one instant, submitted in order), wait in the fleet's queue, run, release;
     slices are preempted (ending the job on them) and come back. Every waiting job asks again whenever
@@ -216,7 +232,7 @@ def test_no_job_starts_after_a_younger_one_on_the_fleet_model(
     print("starts:", started)
     order = [i for _, i, _, _ in arrivals]
     for a, older in enumerate(order):
-        for younger in order[a + 1:]:
+        for younger in order[a + 1 :]:
             if admitted_at[younger] > first_ask[older]:  # (nothing can hold a job for one that never asked)
                 assert started[older] <= started[younger], (older, younger, started)
 
@@ -274,8 +290,13 @@ class _Flapping(SliceProvider):
 
 
 @settings(max_examples=100, deadline=None)
-@given(pattern=st.lists(st.booleans(), min_size=1, max_size=6).filter(lambda p: not all(p)), timeout=st.sampled_from([0.0, 2.5, 10.0]))
-def test_rounds_that_alternate_between_held_and_missing_still_end_the_attempt(pattern: list[bool], timeout: float) -> None:
+@given(
+    pattern=st.lists(st.booleans(), min_size=1, max_size=6).filter(lambda p: not all(p)),
+    timeout=st.sampled_from([0.0, 2.5, 10.0]),
+)
+def test_rounds_that_alternate_between_held_and_missing_still_end_the_attempt(
+    pattern: list[bool], timeout: float
+) -> None:
     """schedule_timeout is spent by the rounds that found capacity missing, added up: held rounds in
     between pause it but never give it back, so no interleaving waits forever."""
     clock = FakeClock(horizon=10_000.0)
@@ -294,10 +315,10 @@ import os  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import helpers  # noqa: E402
-
 from fray_local import LocalCluster, TpuFleet  # noqa: E402
 from fray_local.testing import TEST_POLICY  # noqa: E402
+
+import helpers  # noqa: E402
 
 
 def hold_until(path: str) -> str:
@@ -312,8 +333,12 @@ def where() -> str:
 
 
 def lite_request(name: str, slices: int, fn=where, *args: object) -> JobRequest:
-    return JobRequest(name=name, entrypoint=Entrypoint(callable=fn, args=args),
-                      resources=ResourceConfig.with_tpu("v5litepod-4", slice_count=slices), max_retries_preemption=0)
+    return JobRequest(
+        name=name,
+        entrypoint=Entrypoint(callable=fn, args=args),
+        resources=ResourceConfig.with_tpu("v5litepod-4", slice_count=slices),
+        max_retries_preemption=0,
+    )
 
 
 def test_a_4_slice_job_submitted_first_starts_before_later_1_slice_jobs(tmp_path: Path) -> None:
@@ -324,13 +349,19 @@ def test_a_4_slice_job_submitted_first_starts_before_later_1_slice_jobs(tmp_path
         blocker = cluster.launch(lite_request("blocker", 1, hold_until, go))
         helpers.wait_for(lambda: cluster.poll(blocker).status is JobStatus.RUNNING, what="blocker running")
         big = cluster.launch(lite_request("big", 4))
-        helpers.wait_for(lambda: (cluster.poll(big).pending_reason or "").startswith("queued: 1st for 4 x v5litepod-4"),
-                         what="big queued")
-        assert cluster.poll(big).pending_reason == "queued: 1st for 4 x v5litepod-4; fleet: 3 free, 1 held by " + blocker
+        helpers.wait_for(
+            lambda: (cluster.poll(big).pending_reason or "").startswith("queued: 1st for 4 x v5litepod-4"),
+            what="big queued",
+        )
+        assert (
+            cluster.poll(big).pending_reason == "queued: 1st for 4 x v5litepod-4; fleet: 3 free, 1 held by " + blocker
+        )
         small = [cluster.launch(lite_request(f"small-{i}", 1)) for i in range(3)]
         for i, job in enumerate(small):  # 3 slices are free, but held for the older 4-slice job
-            helpers.wait_for(lambda: (cluster.poll(job).pending_reason or "").startswith(f"queued: {i + 2}"),
-                             what=f"small-{i} queued")
+            helpers.wait_for(
+                lambda job=job, i=i: (cluster.poll(job).pending_reason or "").startswith(f"queued: {i + 2}"),
+                what=f"small-{i} queued",
+            )
         assert all(cluster.poll(j).status is JobStatus.PENDING and not cluster.poll(j).attempts for j in small)
         open(go, "w").close()
         infos = {j: cluster.wait(j, timeout=60) for j in [blocker, big, *small]}
@@ -355,7 +386,9 @@ def test_a_terminated_queued_job_leaves_the_fleets_queue_at_once(tmp_path: Path)
         big = cluster.launch(lite_request("big", 2))
         helpers.wait_for(lambda: (cluster.poll(big).pending_reason or "").startswith("queued: 1st"), what="big queued")
         small = cluster.launch(lite_request("small", 1))
-        helpers.wait_for(lambda: (cluster.poll(small).pending_reason or "").startswith("queued: 2nd"), what="small queued")
+        helpers.wait_for(
+            lambda: (cluster.poll(small).pending_reason or "").startswith("queued: 2nd"), what="small queued"
+        )
         cluster.terminate(big)
         assert cluster.poll(big).status is JobStatus.STOPPED
         info = cluster.wait(small, timeout=60)  # the free slice was reserved for "big": no longer
@@ -384,8 +417,10 @@ def test_a_broken_host_is_quarantined_and_the_job_finishes_on_a_healthy_slice() 
     assert [a.slices for a in attempts] == [["v4-16-0"], ["v4-16-0"], ["v4-16-1"]]
     assert "TpuDeviceError" in attempts[0].cause
     reasons = {r for _, r, _ in seen if r}
-    assert ("queued: 1st for 1 x v4-16; fleet: 0 free, 1 held by (another job); "
-            "quarantined: v4-16-0 (device error twice in 1 s)") in reasons
+    assert (
+        "queued: 1st for 1 x v4-16; fleet: 0 free, 1 held by (another job); "
+        "quarantined: v4-16-0 (device error twice in 1 s)"
+    ) in reasons
     assert provider.fleet.describe("v4-16") == "2 free, 0 busy, 0 preempted, 1 quarantined (v4-16-0)"
     clock.advance(1800.0)  # the quarantine ends (the host is still broken: it is handed out last)
     assert provider.fleet.quarantined() == [] and provider.fleet.describe("v4-16") == "2 free, 0 busy, 0 preempted"
@@ -421,7 +456,9 @@ def test_only_quarantine_missing_is_unschedulable_with_the_quarantine_as_reason(
     after=st.integers(1, 3),
     want=st.integers(1, 3),
 )
-def test_a_quarantined_slice_is_never_handed_out(slices: int, broken: list[tuple[int, int]], after: int, want: int) -> None:
+def test_a_quarantined_slice_is_never_handed_out(
+    slices: int, broken: list[tuple[int, int]], after: int, want: int
+) -> None:
     clock = FakeClock(horizon=100_000.0)
     provider = InMemorySliceProvider({"v4-16": slices}, clock, quarantine_after=after, quarantine_for=50.0)
     handed: list[tuple[float, str]] = []
@@ -449,10 +486,15 @@ def test_a_broken_host_on_the_simulated_fleet_is_quarantined_and_the_job_finishe
     fleet.break_host("v4-16-0", 0)
     cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
     try:
-        request = JobRequest(name="q", entrypoint=Entrypoint(callable=where), resources=ResourceConfig.with_tpu("v4-16"))
+        request = JobRequest(
+            name="q", entrypoint=Entrypoint(callable=where), resources=ResourceConfig.with_tpu("v4-16")
+        )
         info = cluster.wait(cluster.launch(request), timeout=60)
         assert info.status is JobStatus.SUCCEEDED
-        assert [(a.outcome.value, a.slices) for a in info.attempts] == [("PREEMPTED", ["v4-16-0"]), ("SUCCEEDED", ["v4-16-1"])]
+        assert [(a.outcome.value, a.slices) for a in info.attempts] == [
+            ("PREEMPTED", ["v4-16-0"]),
+            ("SUCCEEDED", ["v4-16-1"]),
+        ]
         assert "TpuDeviceError" in info.attempts[0].cause and info.result == ["v4-16-1", "v4-16-1"]
         assert [sl.name for sl in fleet.quarantined()] == ["v4-16-0"]
         assert fleet.describe("v4-16") == "2 free, 0 busy, 0 preempted, 1 quarantined (v4-16-0)"

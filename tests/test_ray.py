@@ -15,10 +15,13 @@ from typing import Any
 
 import attrs
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
+
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from fray_core import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, fray_job_ctx, using_cluster  # noqa: E402
 from fray_core.cluster import cluster_from_spec  # noqa: E402
@@ -29,14 +32,15 @@ from fray_ray._host import gce_preempted  # noqa: E402
 from fray_ray.provider import PREEMPTION_ERRORS  # noqa: E402
 from fray_ray.supervisor import SUPERVISOR_PREFIX  # noqa: E402
 from fray_ray.testing import FAST_RAY_POLICY  # noqa: E402
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 TPU = "v4-16"
 
 
-
 def hold(marker_dir: str) -> str:
-    Path(marker_dir, f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}").write_text(str(os.getpid()))
+    Path(
+        marker_dir,
+        f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}",
+    ).write_text(str(os.getpid()))
     release = Path(marker_dir, f"release-a{os.environ['FRAY_ATTEMPT']}")
     end = time.monotonic() + 120
     while not release.exists() and time.monotonic() < end:
@@ -60,7 +64,9 @@ def fail() -> None:
 def use_the_job_context() -> dict[str, Any]:
     ctx = fray_job_ctx()
     squares = ctx.get([ctx.run(pow, i, 2) for i in range(4)])
-    counter = ctx.create_actor(Counter, name=f"counter-{os.environ['FRAY_JOB_ID']}-{os.environ['FRAY_HOST_ID']}", get_if_exists=True)
+    counter = ctx.create_actor(
+        Counter, name=f"counter-{os.environ['FRAY_JOB_ID']}-{os.environ['FRAY_HOST_ID']}", get_if_exists=True
+    )
     ctx.get([counter.incr.remote() for _ in range(3)])
     total = ctx.get(counter.incr.remote())
     ray.kill(counter)
@@ -90,7 +96,9 @@ def tpu_request(fn: Callable[..., Any], slices: int = 1, **kw: Any) -> JobReques
     )
 
 
-def test_a_removed_node_is_a_preemption_by_exception_type_and_the_job_completes(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_a_removed_node_is_a_preemption_by_exception_type_and_the_job_completes(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
     cluster = ray_tpu_cluster.cluster
     job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path), max_retries_preemption=3))
     wait_for(lambda: started(tmp_path, 0) == 2, what="both hosts of attempt 0")
@@ -147,7 +155,9 @@ def test_job_context_runs_ray_tasks_and_actors_inside_a_job(ray_tpu_cluster: Any
 def test_non_preemptible_work_runs_on_the_head_node(ray_tpu_cluster: Any) -> None:
     cluster = ray_tpu_cluster.cluster
     head = head_node_id()
-    req = JobRequest(name="head", entrypoint=Entrypoint(callable=node_id), resources=ResourceConfig(preemptible=False, replicas=2))
+    req = JobRequest(
+        name="head", entrypoint=Entrypoint(callable=node_id), resources=ResourceConfig(preemptible=False, replicas=2)
+    )
     info = cluster.wait(cluster.launch(req), timeout=120, raise_on_failure=True)
     assert info.result == [head, head]
 
@@ -158,7 +168,9 @@ def test_the_emulated_cluster_keeps_no_idle_ray_workers(ray_tpu_cluster: Any) ->
     finished ones; here a finished task's worker is gone within seconds (Ray's default keeps it)."""
     head = head_node_id()
     strategy = NodeAffinitySchedulingStrategy(head, soft=False)
-    pid = ray.get(ray.remote(num_cpus=1)(lambda: os.getpid()).options(scheduling_strategy=strategy).remote(), timeout=60)
+    pid = ray.get(
+        ray.remote(num_cpus=1)(lambda: os.getpid()).options(scheduling_strategy=strategy).remote(), timeout=60
+    )
     wait_for(lambda: not pid_alive(pid), timeout=10, what=f"the idle worker {pid} on the head to exit")
 
 
@@ -179,7 +191,10 @@ def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_clu
     probing.close()
     assert info.status == JobStatus.FAILED
     assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "PREEMPTED"] and info.failures == 0
-    assert "HostPreemptedError" in info.attempts[0].cause and "RuntimeError: the user's code failed" in info.attempts[0].cause
+    assert (
+        "HostPreemptedError" in info.attempts[0].cause
+        and "RuntimeError: the user's code failed" in info.attempts[0].cause
+    )
     # the default probe (GCE metadata) answers "not preempted" off GCE, so the same failure is the user's
     info = ray_tpu_cluster.cluster.wait(ray_tpu_cluster.cluster.launch(tpu_request(fail)), timeout=120)
     assert [a.outcome.value for a in info.attempts] == ["FAILED"] and info.failures == 1
@@ -234,7 +249,9 @@ def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tp
     # not started at launch, beside the job's own host workers (it would slow them down), but once they run
     hosts_started = lambda: any(a.hosts_started_at for a in client.poll(first).attempts)  # noqa: E731
     assert client._standby is None or hosts_started()
-    wait_for(lambda: client._standby is not None and alive(client._standby[0]), what="the next job's supervisor to be up")
+    wait_for(
+        lambda: client._standby is not None and alive(client._standby[0]), what="the next job's supervisor to be up"
+    )
     assert hosts_started() or client.poll(first).status.is_terminal()
     warm = client._standby[0]
     second = client.launch(JobRequest(name="second", entrypoint=Entrypoint(callable=os.getpid)))
@@ -246,7 +263,9 @@ def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tp
     wait_for(lambda: not alive(warm), what="close() to remove the unused supervisor")
     # one that no client removes (its client was killed) goes away by itself
     name = "fray-supervisor-expiry-test"
-    _Supervisor.options(name=name, namespace="fray", lifetime="detached", num_cpus=0, max_concurrency=4).remote(name, idle_timeout=1.0)
+    _Supervisor.options(name=name, namespace="fray", lifetime="detached", num_cpus=0, max_concurrency=4).remote(
+        name, idle_timeout=1.0
+    )
     wait_for(lambda: alive(name), what="the standby to start")
     wait_for(lambda: not alive(name), what="an idle standby to remove itself")
 
@@ -265,7 +284,11 @@ def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any)
     def leftovers() -> tuple[list[str], list[str]]:
         pgs = [pg["name"] for pg in fray_groups() if pg["state"] != "REMOVED"]
         warm = {cluster._standby[0]} if cluster._standby else set()  # the next job's supervisor, idle
-        actors = [a["name"] for a in list_named_actors(all_namespaces=True) if a["name"].startswith(SUPERVISOR_PREFIX) and a["name"] not in warm]
+        actors = [
+            a["name"]
+            for a in list_named_actors(all_namespaces=True)
+            if a["name"].startswith(SUPERVISOR_PREFIX) and a["name"] not in warm
+        ]
         return pgs, actors
 
     # removal is asynchronous in Ray: give it a bounded moment, then it must be empty
@@ -294,7 +317,9 @@ def _takes(x: Any) -> None:
 def test_a_request_the_supervisor_cannot_load_ends_failed_with_the_reason(ray_tpu_cluster: Any) -> None:
     """The one path of the Ray supervisor that ends a job before fray_core's Supervisor runs it."""
     cluster = ray_tpu_cluster.cluster
-    request = JobRequest(name="unloadable", entrypoint=Entrypoint(callable=_takes, function_args={"x": _LoadsNowhere()}))
+    request = JobRequest(
+        name="unloadable", entrypoint=Entrypoint(callable=_takes, function_args={"x": _LoadsNowhere()})
+    )
     info = cluster.wait(cluster.launch(request), timeout=120)
     assert info.status == JobStatus.FAILED
     assert "cannot be loaded on the Ray cluster" in info.error and "only_on_my_laptop" in info.error, info.error
@@ -317,14 +342,22 @@ def test_a_store_the_cluster_cannot_reach_fails_launch_in_the_caller_naming_it(r
 def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exits(ray_tpu_cluster: Any) -> None:
     """The store check passed once (or was skipped), yet the head cannot read this job's record: the supervisor
     says why and goes away; the job is FAILED at once (not PENDING for the supervisor start grace)."""
-    client = RayCluster(address=ray_tpu_cluster.address, jobs_dir=f"memory://fray-gone-{os.getpid()}", warm_supervisor=False)
+    client = RayCluster(
+        address=ray_tpu_cluster.address, jobs_dir=f"memory://fray-gone-{os.getpid()}", warm_supervisor=False
+    )
     client._store_ok = True  # as if the head had read this store before
     job_id = client.launch(tpu_request(fail))
     actor = client.store.read(job_id)["owner"]["ray_actor"]
-    info = wait_for(lambda: (i := client.poll(job_id)).status is JobStatus.FAILED and i, timeout=30, what="the job to fail")
+    info = wait_for(
+        lambda: (i := client.poll(job_id)).status is JobStatus.FAILED and i, timeout=30, what="the job to fail"
+    )
     assert "could not start on the Ray cluster: JobNotFoundError" in info.error, info.error
     assert info.submitted_at > time.time() - 30  # well within SUPERVISOR_START_GRACE of the launch
-    wait_for(lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}, timeout=30, what="the supervisor to exit")
+    wait_for(
+        lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
+        timeout=30,
+        what="the supervisor to exit",
+    )
 
 
 def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_path: Path) -> None:
@@ -333,7 +366,8 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
     proj = tmp_path / "client-only"
     proj.mkdir()
     (proj / "client_only_mod.py").write_text(
-        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if 'client-only' in p]]\n"
+        "import os, sys\n\ndef main():\n    return [__file__, os.getcwd(), [p for p in sys.path if "
+        "'client-only' in p]]\n"
     )
     driver = textwrap.dedent(
         f"""
@@ -343,7 +377,11 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
         from fray_core import Entrypoint, JobRequest, ResourceConfig
         from fray_ray import RayCluster
         cluster = RayCluster(address={ray_tpu_cluster.address!r}, warm_supervisor=False)
-        job = cluster.launch(JobRequest(name="own-code", entrypoint=Entrypoint(callable=client_only_mod.main), resources=ResourceConfig.with_tpu({TPU!r})))
+        job = cluster.launch(JobRequest(
+            name="own-code",
+            entrypoint=Entrypoint(callable=client_only_mod.main),
+            resources=ResourceConfig.with_tpu({TPU!r}),
+        ))
         shutil.rmtree({str(proj)!r})
         print(job)
         """
@@ -353,4 +391,9 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
     info = ray_tpu_cluster.cluster.wait(out.stdout.strip().splitlines()[-1], timeout=180)
     assert info.status is JobStatus.SUCCEEDED, info.error
     for file, cwd, client_paths in info.result:
-        assert not file.startswith(str(proj)) and file.endswith("client_only_mod.py") and cwd != str(proj) and client_paths == []
+        assert (
+            not file.startswith(str(proj))
+            and file.endswith("client_only_mod.py")
+            and cwd != str(proj)
+            and client_paths == []
+        )

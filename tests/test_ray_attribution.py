@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
@@ -36,7 +37,9 @@ def checkpoints_on_notice(flags: str) -> str:
     return "unreachable"
 
 
-def test_a_drain_for_preemption_is_a_notice_the_users_handler_gets_with_its_deadline(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_a_drain_for_preemption_is_a_notice_the_users_handler_gets_with_its_deadline(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
     cluster = ray_tpu_cluster.cluster
     req = JobRequest(
         name="notice",
@@ -72,7 +75,9 @@ def sibling_fails_when_peer_is_gone(flags: str) -> str:
     return "unreachable"
 
 
-def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failure_budget(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failure_budget(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
     import attrs
 
     from fray_ray import RayCluster
@@ -81,7 +86,9 @@ def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failur
     # cancelled siblings are collected for less than Ray's node-death detection time: only the attribution
     # window (lease health until detection_delay after the first failure) can see the loss
     cluster = RayCluster(
-        address=ray_tpu_cluster.address, retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5), warm_supervisor=False
+        address=ray_tpu_cluster.address,
+        retry_policy=attrs.evolve(FAST_RAY_POLICY, cancel_grace=0.5),
+        warm_supervisor=False,
     )
     req = JobRequest(
         name="sibling-first",
@@ -95,7 +102,9 @@ def test_siblings_failing_before_ray_declares_the_lost_slice_dead_cost_no_failur
     ray_tpu_cluster.preempt(lost, restore_after=0.0)
     (tmp_path / "lost").touch()  # slice 0 fails now, before Ray's health checks declare slice 1's nodes dead
     info = cluster.wait(job, timeout=240)
-    assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED], info.attempts[
+        0
+    ].cause
     assert info.failures == 0 and info.status is JobStatus.SUCCEEDED
     ray_tpu_cluster.wait_settled()
 
@@ -124,5 +133,7 @@ def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_clust
         stall_timeout=4.0,
     )
     info = cluster.wait(cluster.launch(req), timeout=180)
-    assert [a.outcome for a in info.attempts] == [AttemptOutcome.STALLED, AttemptOutcome.SUCCEEDED], info.attempts[0].cause
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.STALLED, AttemptOutcome.SUCCEEDED], info.attempts[
+        0
+    ].cause
     assert info.failures == 1 and info.last_step == 50

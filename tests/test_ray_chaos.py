@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
@@ -64,14 +65,21 @@ class Case:
     delay: float
 
     def __str__(self) -> str:
-        return f"seed {SEED} phase {self.phase} case {self.index}: {self.slices} slice(s), host {self.seconds}s, removal +{self.delay:.2f}s"
+        return (
+            f"seed {SEED} phase {self.phase} case {self.index}: {self.slices} slice(s), host {self.seconds}s, "
+            f"removal +{self.delay:.2f}s"
+        )
 
 
 def leftovers(job_id: str, record: dict[str, Any]) -> list[str]:
     """The job's placement groups not REMOVED and its supervisor actor if still alive (Ray's GCS state)."""
     from ray.util import placement_group_table
 
-    out = [f"placement group {pg['name']} {pg['state']}" for pg in placement_group_table().values() if pg["name"].startswith(f"fray-{job_id}-") and pg["state"] != "REMOVED"]
+    out = [
+        f"placement group {pg['name']} {pg['state']}"
+        for pg in placement_group_table().values()
+        if pg["name"].startswith(f"fray-{job_id}-") and pg["state"] != "REMOVED"
+    ]
     owner = record.get("owner") or {}
     try:
         ray.get_actor(owner["ray_actor"], namespace=owner.get("namespace", "fray"))
@@ -111,7 +119,12 @@ def run_case(fake: Any, case: Case, rng: random.Random, tmp: Path) -> JobInfo:
             time.sleep(case.delay)
             victim = rng.choice(held)
         elif case.phase == "running":
-            wait_for(lambda: (i := cluster.poll(job_id)).status.is_terminal() or i.attempts[0].hosts_started_at, timeout=120, interval=0.01, what="hosts up")
+            wait_for(
+                lambda: (i := cluster.poll(job_id)).status.is_terminal() or i.attempts[0].hosts_started_at,
+                timeout=120,
+                interval=0.01,
+                what="hosts up",
+            )
             time.sleep(case.delay)
             victim = rng.choice(held)
         elif case.phase == "cancelling":  # slice 0 host 0 fails; remove the other slice while its hosts are cancelled
@@ -131,15 +144,24 @@ def run_case(fake: Any, case: Case, rng: random.Random, tmp: Path) -> JobInfo:
     if stopper is not None:
         stopper.join(60)
         assert not stopper.is_alive(), f"{case}: terminate did not return"
-    print(f"  -> {info.status.value}, attempts {[(a.outcome.value if a.outcome else None) for a in info.attempts]}", flush=True)
+    print(
+        f"  -> {info.status.value}, attempts {[(a.outcome.value if a.outcome else None) for a in info.attempts]}",
+        flush=True,
+    )
     record = cluster.store.read(job_id)
-    wait_for(lambda: not leftovers(job_id, record), timeout=CLEAN_BOUND, what=f"{case}: no placement group or actor of the job left ({leftovers(job_id, record)})")
+    wait_for(
+        lambda: not leftovers(job_id, record),
+        timeout=CLEAN_BOUND,
+        what=f"{case}: no placement group or actor of the job left ({leftovers(job_id, record)})",
+    )
     assert all(a.outcome is not None and a.ended_at is not None for a in info.attempts), f"{case}: {info.attempts}"
     return info
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_a_slice_removed_at_a_random_instant_of_the_phase_costs_one_retry(ray_tpu_cluster: Any, tmp_path: Path, phase: str) -> None:
+def test_a_slice_removed_at_a_random_instant_of_the_phase_costs_one_retry(
+    ray_tpu_cluster: Any, tmp_path: Path, phase: str
+) -> None:
     rng = random.Random(f"{SEED}-{phase}")
     print(f"chaos seed {SEED} (replay: FRAY_CHAOS_SEED={SEED})")
     for i in range(CASES):
@@ -161,11 +183,15 @@ def test_a_slice_removed_at_a_random_instant_of_the_phase_costs_one_retry(ray_tp
             assert info.failures == 0, f"{case}: {outcomes} {info.attempts[0].cause}"
             continue
         assert info.status == JobStatus.SUCCEEDED, f"{case}: {info.status} {info.error} {outcomes}"
-        assert outcomes[-1] == "SUCCEEDED" and info.preemptions + info.failures == len(outcomes) - 1, f"{case}: {outcomes}"
+        assert outcomes[-1] == "SUCCEEDED" and info.preemptions + info.failures == len(outcomes) - 1, (
+            f"{case}: {outcomes}"
+        )
         if phase == "cancelling":  # the user's failure of attempt 0, or the loss during its cancel
             assert outcomes[0] in ("FAILED", "PREEMPTED") and info.failures <= 1, f"{case}: {outcomes}"
         else:
-            assert info.failures == 0, f"{case}: a lost slice was counted as a failure: {outcomes} {info.attempts[0].cause}"
+            assert info.failures == 0, (
+                f"{case}: a lost slice was counted as a failure: {outcomes} {info.attempts[0].cause}"
+            )
         assert len(info.result) == 2 * len(info.attempts[-1].slices)
 
 
@@ -174,7 +200,10 @@ def test_after_the_chaos_a_two_slice_job_runs_and_all_capacity_is_back(ray_tpu_c
     wait_for(lambda: len(ray_tpu_cluster.slices().get(TPU, [])) == 2, timeout=120, what="both slices")
     cluster = ray_tpu_cluster.cluster
     info = cluster.wait(cluster.launch(chaos_request(2, SHORT)), timeout=JOB_BOUND)
-    assert info.status == JobStatus.SUCCEEDED and len(info.attempts) == 1, (info.error, [a.cause for a in info.attempts])
+    assert info.status == JobStatus.SUCCEEDED and len(info.attempts) == 1, (
+        info.error,
+        [a.cause for a in info.attempts],
+    )
     head = get_tpu_spec(TPU).head_resource
     wait_for(lambda: ray.available_resources().get(head, 0) == 2, timeout=CLEAN_BOUND, what="both slices free again")
 
@@ -182,15 +211,25 @@ def test_after_the_chaos_a_two_slice_job_runs_and_all_capacity_is_back(ray_tpu_c
 # ------------------------------------------------------------------ levanter scenarios, as a user writes them
 
 
-def _preempt_when_shown(fake: Any, job_id: str, attempt: int, pick: Callable[[list[str]], str] = lambda s: s[0]) -> None:
+def _preempt_when_shown(
+    fake: Any, job_id: str, attempt: int, pick: Callable[[list[str]], str] = lambda s: s[0]
+) -> None:
     """Remove a slice of ``attempt`` the moment ``poll()`` first names it (no waiting for hosts)."""
     cluster = fake.cluster
     slices = wait_for(
-        lambda: (a := cluster.poll(job_id).attempts) and len(a) > attempt and a[attempt].slices, timeout=120, interval=0.01, what=f"attempt {attempt}'s slices"
+        lambda: (a := cluster.poll(job_id).attempts) and len(a) > attempt and a[attempt].slices,
+        timeout=120,
+        interval=0.01,
+        what=f"attempt {attempt}'s slices",
     )
     victim = pick(slices)
     # a restored slice can be reserved a moment before the fake's restore thread has registered it
-    wait_for(lambda: victim in fake.slices().get(TPU, []), timeout=60, interval=0.01, what=f"{victim} known to the fake cluster")
+    wait_for(
+        lambda: victim in fake.slices().get(TPU, []),
+        timeout=60,
+        interval=0.01,
+        what=f"{victim} known to the fake cluster",
+    )
     fake.preempt(victim, restore_after=0.0)
 
 

@@ -40,7 +40,10 @@ class FakeGcs(gcs_service_pb2_grpc.InternalKVGcsServiceServicer):
         self.token = token
 
     def InternalKVGet(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
-        if self.token is not None and dict(context.invocation_metadata()).get("authorization") != f"Bearer {self.token}":
+        if (
+            self.token is not None
+            and dict(context.invocation_metadata()).get("authorization") != f"Bearer {self.token}"
+        ):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "Invalid or missing authentication token")
         meta = {"ray_version": self.ray_version, "python_version": ".".join(map(str, sys.version_info[:3]))}
         return gcs_service_pb2.InternalKVGetReply(value=json.dumps(meta).encode())
@@ -103,12 +106,20 @@ def test_fray_launch_on_an_unreachable_address_is_one_line_and_quick(tmp_path: A
     """What a user typed (issue 28): ran for 10 minutes; now one line, exit code 2, within seconds."""
     (tmp_path / "train.py").write_text("def main():\n    return 1\n")
     address = f"127.0.0.1:{free_port()}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), str(tmp_path)]), "FRAY_JOBS_DIR": str(tmp_path / "jobs")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.getcwd(), str(tmp_path)]),
+        "FRAY_JOBS_DIR": str(tmp_path / "jobs"),
+    }
     env.pop("RAY_ADDRESS", None)
     start = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "fray_core.cli", "launch", "--cluster", f"ray?address={address}", "train:main"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
     )
     assert time.monotonic() - start < BOUND + 5.0  # the CLI's own start-up on a loaded machine
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)

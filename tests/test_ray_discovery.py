@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from helpers import wait_for
 
 ray = pytest.importorskip("ray")
@@ -23,12 +24,23 @@ from fray_ray.scheduler import Scheduler  # noqa: E402
 from fray_ray.testing import tpu_node_args  # noqa: E402
 
 
-def table(hosts: list[tuple[str, str, int]], labels: bool, extra: dict[str, float] | None = None, tpu_per_chip: int = 1) -> dict[str, dict[str, Any]]:
+def table(
+    hosts: list[tuple[str, str, int]], labels: bool, extra: dict[str, float] | None = None, tpu_per_chip: int = 1
+) -> dict[str, dict[str, Any]]:
     """A ``ray.nodes()``-like table of emulated TPU hosts ``(type, slice, worker)`` plus a head node."""
-    out: dict[str, dict[str, Any]] = {"head": {"Resources": {"CPU": 4.0, "node:__internal_head__": 1.0, "memory": 1e9}, "Labels": {}}}
+    out: dict[str, dict[str, Any]] = {
+        "head": {"Resources": {"CPU": 4.0, "node:__internal_head__": 1.0, "memory": 1e9}, "Labels": {}}
+    }
     for i, (tpu_type, name, w) in enumerate(hosts):
         args = tpu_node_args(tpu_type, name, w, labels=labels)
-        res = {**args["resources"], "CPU": 1.0, f"node:10.0.0.{i}": 1.0, "memory": 1e9, "object_store_memory": 1e8, **(extra or {})}
+        res = {
+            **args["resources"],
+            "CPU": 1.0,
+            f"node:10.0.0.{i}": 1.0,
+            "memory": 1e9,
+            "object_store_memory": 1e8,
+            **(extra or {}),
+        }
         res["TPU"] *= tpu_per_chip
         out[f"node{i}"] = {"Resources": res, "Labels": args["labels"]}
     return out
@@ -36,7 +48,11 @@ def table(hosts: list[tuple[str, str, int]], labels: bool, extra: dict[str, floa
 
 @pytest.mark.parametrize("labels", [True, False])
 def test_slices_are_found_with_or_without_labels(labels: bool) -> None:
-    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 1), ("v4-16", "b", 0), ("v5litepod-4", "c", 0)], labels, extra={"team-x": 1.0})
+    nodes = table(
+        [("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 1), ("v4-16", "b", 0), ("v5litepod-4", "c", 0)],
+        labels,
+        extra={"team-x": 1.0},
+    )
     found = discover_slices(nodes)
     assert sorted(found) == ["a", "b", "c"]
     assert {n: (s.pod_type, s.head, len(s.hosts), s.labelled) for n, s in found.items()} == {
@@ -57,7 +73,10 @@ def test_a_slice_without_its_worker_0_is_not_found_without_labels_and_a_host_has
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["v4-16", "v4-32", "v5litepod-16"]), st.booleans()), min_size=1, max_size=5), st.booleans())
+@given(
+    st.lists(st.tuples(st.sampled_from(["v4-16", "v4-32", "v5litepod-16"]), st.booleans()), min_size=1, max_size=5),
+    st.booleans(),
+)
 def test_discovery_finds_every_whole_slice_once_whatever_the_order(shape: list[tuple[str, bool]], labels: bool) -> None:
     """Every slice with its worker 0 alive is found with its type and all its hosts, labels or not, in any
     node order; no host is in two slices."""
@@ -125,7 +144,9 @@ def test_only_a_vfio_group_of_googles_vendor_id_is_a_tpu(tmp_path: Path) -> None
             holder.wait()
 
 
-def test_code_from_a_client_directory_travels_and_installed_code_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_code_from_a_client_directory_travels_and_installed_code_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib
     import json
 
@@ -139,10 +160,16 @@ def test_code_from_a_client_directory_travels_and_installed_code_does_not(tmp_pa
     mod = importlib.import_module("travelling_mod")
 
     def req(fn: Any, **env: Any) -> JobRequest:
-        return JobRequest(name="x", entrypoint=Entrypoint(callable=fn), environment=EnvironmentConfig(**env) if env else None)
+        return JobRequest(
+            name="x", entrypoint=Entrypoint(callable=fn), environment=EnvironmentConfig(**env) if env else None
+        )
 
     assert code_runtime_env(req(mod.main))["working_dir"] == str(tmp_path / "proj")
     assert code_runtime_env(req(json.JSONEncoder)) == {}  # installed: nothing travels
     assert code_runtime_env(req(json.JSONEncoder, working_dir=str(tmp_path)))["working_dir"] == str(tmp_path)
-    with pytest.raises(ValueError, match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to ship.*EnvironmentConfig\\(working_dir=DIR\\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to "
+        f"ship.*EnvironmentConfig\\(working_dir=DIR\\)",
+    ):
         code_runtime_env(req(mod.main), limit=1024)

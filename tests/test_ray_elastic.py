@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
@@ -42,8 +43,11 @@ echo "FRAY_NUM_SLICES=$FRAY_NUM_SLICES FRAY_ELASTIC=$FRAY_ELASTIC" > "$1/env-$ta
 
 def elastic_request(name: str, entrypoint: Entrypoint) -> JobRequest:
     return JobRequest(
-        name=name, entrypoint=entrypoint, resources=ResourceConfig(device=TpuConfig(type=TPU), replicas=[2, 1]),
-        elastic=ElasticConfig(grow_after=1.0, grace=GRACE), max_retries_preemption=1,
+        name=name,
+        entrypoint=entrypoint,
+        resources=ResourceConfig(device=TpuConfig(type=TPU), replicas=[2, 1]),
+        elastic=ElasticConfig(grow_after=1.0, grace=GRACE),
+        max_retries_preemption=1,
     )
 
 
@@ -59,11 +63,17 @@ def marks_of(marks: Path, prefix: str) -> list[str]:
 def no_leftovers(cluster: Any, *job_ids: str) -> None:
     for job_id in job_ids:
         record = cluster.store.read(job_id)
-        wait_for(lambda: not leftovers(job_id, record), timeout=30, what=f"no placement group or actor of {job_id} left ({leftovers(job_id, record)})")
+        wait_for(
+            lambda job_id=job_id, record=record: not leftovers(job_id, record),
+            timeout=30,
+            what=f"no placement group or actor of {job_id} left ({leftovers(job_id, record)})",
+        )
 
 
 @pytest.mark.parametrize("kind", ["callable", "binary"])
-def test_an_elastic_job_grows_when_another_job_ends_and_its_hosts_checkpoint_on_sigterm(ray_tpu_cluster: Any, tmp_path: Path, kind: str) -> None:
+def test_an_elastic_job_grows_when_another_job_ends_and_its_hosts_checkpoint_on_sigterm(
+    ray_tpu_cluster: Any, tmp_path: Path, kind: str
+) -> None:
     fake = ray_tpu_cluster
     both_slices(fake)
     cluster = fake.cluster
@@ -74,8 +84,14 @@ def test_an_elastic_job_grows_when_another_job_ends_and_its_hosts_checkpoint_on_
         entry = Entrypoint(callable=elastic_host, args=(str(marks), [0]))
     else:
         entry = Entrypoint(binary="sh", args=["-c", CHECKPOINTING_BINARY, "sh", str(marks)])
-    blocker = cluster.launch(JobRequest(name="blocker", entrypoint=Entrypoint(callable=hold_until, args=(str(go),)),
-                                        resources=ResourceConfig.with_tpu(TPU), max_retries_preemption=0))
+    blocker = cluster.launch(
+        JobRequest(
+            name="blocker",
+            entrypoint=Entrypoint(callable=hold_until, args=(str(go),)),
+            resources=ResourceConfig.with_tpu(TPU),
+            max_retries_preemption=0,
+        )
+    )
     try:
         wait_for(lambda: cluster.poll(blocker).status is JobStatus.RUNNING, timeout=120, what="the blocker running")
         grows = cluster.launch(elastic_request("grows", entry))
@@ -86,7 +102,10 @@ def test_an_elastic_job_grows_when_another_job_ends_and_its_hosts_checkpoint_on_
         go.touch()  # the blocker ends: its slice is free
     info: JobInfo = cluster.wait(grows, timeout=240)
     assert info.status is JobStatus.SUCCEEDED, (info.error, info.attempts)
-    assert [(a.outcome, len(a.slices)) for a in info.attempts] == [(AttemptOutcome.RESIZED, 1), (AttemptOutcome.SUCCEEDED, 2)]
+    assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
+        (AttemptOutcome.RESIZED, 1),
+        (AttemptOutcome.SUCCEEDED, 2),
+    ]
     assert "growing from 1 slice(s)" in (info.attempts[0].cause or "")
     assert (info.preemptions, info.failures) == (0, 0)  # RESIZED spends no budget
     # attempt 0's hosts were stopped gracefully: both got SIGTERM and checkpointed
@@ -103,7 +122,9 @@ def test_an_elastic_job_grows_when_another_job_ends_and_its_hosts_checkpoint_on_
     no_leftovers(cluster, grows, blocker)
 
 
-def test_an_elastic_job_shrinks_after_a_preemption_and_grows_back_when_the_slice_returns(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_an_elastic_job_shrinks_after_a_preemption_and_grows_back_when_the_slice_returns(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
     fake = ray_tpu_cluster
     both_slices(fake)
     cluster = fake.cluster
@@ -117,7 +138,10 @@ def test_an_elastic_job_shrinks_after_a_preemption_and_grows_back_when_the_slice
         assert len(first.slices) == 2
         fake.preempt(first.slices[1], restore_after=None)  # gone: the job goes on with the slice it has left
         wait_for(lambda: len(marks_of(marks, "started-a1-")) == 2, timeout=180, what="attempt 1's two hosts running")
-        assert [(a.outcome, len(a.slices)) for a in cluster.poll(job).attempts] == [(AttemptOutcome.PREEMPTED, 2), (None, 1)]
+        assert [(a.outcome, len(a.slices)) for a in cluster.poll(job).attempts] == [
+            (AttemptOutcome.PREEMPTED, 2),
+            (None, 1),
+        ]
         fake.add_slice(TPU, tries=3)  # the capacity is back: the job grows to 2 slices again
         restored = True
         info: JobInfo = cluster.wait(job, timeout=240)
@@ -126,7 +150,9 @@ def test_an_elastic_job_shrinks_after_a_preemption_and_grows_back_when_the_slice
             fake.add_slice(TPU, tries=3)  # leave the session's cluster as it was
     assert info.status is JobStatus.SUCCEEDED, (info.error, info.attempts)
     assert [(a.outcome, len(a.slices)) for a in info.attempts] == [
-        (AttemptOutcome.PREEMPTED, 2), (AttemptOutcome.RESIZED, 1), (AttemptOutcome.SUCCEEDED, 2)
+        (AttemptOutcome.PREEMPTED, 2),
+        (AttemptOutcome.RESIZED, 1),
+        (AttemptOutcome.SUCCEEDED, 2),
     ]
     assert (info.preemptions, info.failures) == (1, 0)  # the preemption counts, the resize does not
     # a preemption is no graceful stop (the survivors are killed); the resize is

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
@@ -27,7 +28,12 @@ TPU = "v4-16"
 def spawn_detached_child(marker_dir: str, hold: float) -> int:
     """Starts a daemon: a process in a new session whose parent exits at once (so it is nobody's child any
     more and survives a kill of this process, its group and its children), then holds."""
-    out = subprocess.run(["sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"], capture_output=True, text=True, start_new_session=True)
+    out = subprocess.run(
+        ["sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
     pid = int(out.stdout.strip())
     Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}").write_text(str(pid))
     time.sleep(hold)
@@ -57,8 +63,12 @@ def children(marker_dir: Path) -> list[int]:
 @pytest.mark.parametrize("how", ["terminate", "job end"])
 def test_no_process_the_host_spawned_outlives_the_job(ray_tpu_cluster: Any, tmp_path: Path, how: str) -> None:
     cluster = ray_tpu_cluster.cluster
-    job_id = cluster.launch(request(spawn_detached_child, marker_dir=str(tmp_path), hold=120.0 if how == "terminate" else 0.0))
-    pids = wait_for(lambda: len(children(tmp_path)) == 2 and children(tmp_path), timeout=120, what="both hosts' children")
+    job_id = cluster.launch(
+        request(spawn_detached_child, marker_dir=str(tmp_path), hold=120.0 if how == "terminate" else 0.0)
+    )
+    pids = wait_for(
+        lambda: len(children(tmp_path)) == 2 and children(tmp_path), timeout=120, what="both hosts' children"
+    )
     if how == "terminate":
         cluster.terminate(job_id)
         assert cluster.poll(job_id).status == JobStatus.STOPPED
@@ -68,40 +78,61 @@ def test_no_process_the_host_spawned_outlives_the_job(ray_tpu_cluster: Any, tmp_
         wait_for(lambda pid=pid: not pid_alive(pid), timeout=10, what=f"the host's detached child {pid} to be killed")
 
 
-def test_a_busy_tpu_device_is_a_preemption_naming_the_host_and_a_stale_lockfile_is_removed(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_a_busy_tpu_device_is_a_preemption_naming_the_host_and_a_stale_lockfile_is_removed(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
     cluster = ray_tpu_cluster.cluster
     lockfile = tmp_path / "libtpu_lockfile"
     holder = open(lockfile, "w")  # this process holds the "device": every host finds it busy
     try:
         job_id = cluster.launch(request(succeed, env={"FRAY_TPU_LOCKFILE": str(lockfile)}, max_retries_preemption=30))
-        wait_for(lambda: (a := cluster.poll(job_id).attempts) and a[0].outcome is not None, timeout=120, what="attempt 0 to end")
+        wait_for(
+            lambda: (a := cluster.poll(job_id).attempts) and a[0].outcome is not None,
+            timeout=120,
+            what="attempt 0 to end",
+        )
     finally:
         holder.close()  # the holder is gone; its lockfile stays behind, stale
     info = cluster.wait(job_id, timeout=120)
     assert info.status == JobStatus.SUCCEEDED, info.error
     first = info.attempts[0]
     assert first.outcome.value == "PREEMPTED" and info.failures == 0
-    assert "TpuBusyError: TPU device busy on fake-v4-16-" in first.cause and f"held by pid {os.getpid()}" in first.cause, first.cause
+    assert (
+        "TpuBusyError: TPU device busy on fake-v4-16-" in first.cause and f"held by pid {os.getpid()}" in first.cause
+    ), first.cause
     assert not lockfile.exists()
     assert any("removed stale" in line and str(lockfile) in line for line in cluster.logs(job_id))
 
 
 def test_preemptible_false_on_tpu_fails_at_launch_unless_the_cluster_names_its_capacity(ray_tpu_cluster: Any) -> None:
-    on_demand = JobRequest(name="od", entrypoint=Entrypoint(callable=succeed), resources=ResourceConfig.with_tpu(TPU, preemptible=False))
-    with pytest.raises(ValueError, match=r"preemptible: False .* no non-preemptible TPU capacity configured.*non_preemptible_tpu_label"):
+    on_demand = JobRequest(
+        name="od", entrypoint=Entrypoint(callable=succeed), resources=ResourceConfig.with_tpu(TPU, preemptible=False)
+    )
+    with pytest.raises(
+        ValueError, match=r"preemptible: False .* no non-preemptible TPU capacity configured.*non_preemptible_tpu_label"
+    ):
         ray_tpu_cluster.cluster.launch(on_demand)
     with pytest.raises(ValueError, match="RayCluster.non_preemptible_tpu_label: 'reserved' is not 'KEY=VALUE'"):
         RayCluster(address=ray_tpu_cluster.address, non_preemptible_tpu_label="reserved")
     # a label no slice carries: unschedulable (never the preemptible slices)
     reserved = RayCluster(
-        address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, warm_supervisor=False, non_preemptible_tpu_label="fray.io/capacity=reserved"
+        address=ray_tpu_cluster.address,
+        retry_policy=FAST_RAY_POLICY,
+        warm_supervisor=False,
+        non_preemptible_tpu_label="fray.io/capacity=reserved",
     )
     info = reserved.wait(reserved.launch(on_demand), timeout=120)
-    assert info.status == JobStatus.FAILED and "0 slice(s) of v4-16 labelled fray.io/capacity=reserved (non-preemptible)" in info.error
+    assert (
+        info.status == JobStatus.FAILED
+        and "0 slice(s) of v4-16 labelled fray.io/capacity=reserved (non-preemptible)" in info.error
+    )
     # a label the slices do carry: placed there
     ray_tpu_cluster.wait_settled()
     labelled = RayCluster(
-        address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, warm_supervisor=False, non_preemptible_tpu_label="ray.io/tpu-topology=2x2x2"
+        address=ray_tpu_cluster.address,
+        retry_policy=FAST_RAY_POLICY,
+        warm_supervisor=False,
+        non_preemptible_tpu_label="ray.io/tpu-topology=2x2x2",
     )
     info = labelled.wait(labelled.launch(on_demand), timeout=120)
     assert info.status == JobStatus.SUCCEEDED, info.error
@@ -126,7 +157,14 @@ def test_a_host_imports_none_of_the_supervisors_machinery(ray_tpu_cluster: Any) 
     host on 2 cores (bench/NOTES.md)."""
     cluster = ray_tpu_cluster.cluster
     info = cluster.wait(cluster.launch(request(loaded_modules)), timeout=120, raise_on_failure=True)
-    heavy = {"fray_core.runner", "fray_core.records", "fray_core.supervisor", "fray_core.types", "fray_core.fleet", "fray_ray.provider"}
+    heavy = {
+        "fray_core.runner",
+        "fray_core.records",
+        "fray_core.supervisor",
+        "fray_core.types",
+        "fray_core.fleet",
+        "fray_ray.provider",
+    }
     for modules in info.result:
         assert "fray_ray._host" in modules  # it is the host's code
         assert not heavy & set(modules), modules

@@ -7,8 +7,8 @@ from __future__ import annotations
 import collections
 import os
 import subprocess
-import threading
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +74,28 @@ def test_a_remote_log_is_appended_not_reuploaded(tmp_path: Path, merge: bool) ->
 
 
 def test_fray_launch_wait_prints_each_host_line_once(ray_tpu_cluster: Any, tmp_path: Path) -> None:
-    (tmp_path / "chatty.py").write_text("import os\n\ndef main():\n    print('hello from host', os.environ['FRAY_HOST_ID'], flush=True)\n")
+    (tmp_path / "chatty.py").write_text(
+        "import os\n\ndef main():\n    print('hello from host', os.environ['FRAY_HOST_ID'], flush=True)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), str(tmp_path)])}
     out = subprocess.run(
-        [sys.executable, "-m", "fray_core.cli", "launch", "--cluster", f"ray?address={ray_tpu_cluster.address}", "--tpu", "v4-16", "--wait", "chatty:main"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+        [
+            sys.executable,
+            "-m",
+            "fray_core.cli",
+            "launch",
+            "--cluster",
+            f"ray?address={ray_tpu_cluster.address}",
+            "--tpu",
+            "v4-16",
+            "--wait",
+            "chatty:main",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
     )
     assert out.returncode == 0, (out.stdout, out.stderr)
     both = out.stdout + out.stderr

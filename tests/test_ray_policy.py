@@ -1,7 +1,7 @@
 """Scheduling policy on Ray (the session's emulated cluster, conftest.py: 2 x v4-16): one fair queue for
 every job of the cluster, whichever client launched it (``fray_ray.scheduler``, the policy of
-``fray_core.scheduling``), bad-host quarantine keyed by the host's node (not by a reusable slice name), and a job that ends leaving the queue
-at once. Jobs that hold slices wait for a gate file the test creates."""
+``fray_core.scheduling``), bad-host quarantine keyed by the host's node (not by a reusable slice name),
+and a job that ends leaving the queue at once. Jobs that hold slices wait for a gate file the test creates."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from helpers import wait_for
 
 pytestmark = pytest.mark.ray
@@ -49,7 +50,9 @@ def request(name: str, fn: Any = slice_name, slices: int = 1, budget: int = 0, *
 
 
 def client(fake: Any, **kw: Any) -> RayCluster:
-    return RayCluster(address=fake.address, retry_policy=kw.pop("retry_policy", FAST_RAY_POLICY), warm_supervisor=False, **kw)
+    return RayCluster(
+        address=fake.address, retry_policy=kw.pop("retry_policy", FAST_RAY_POLICY), warm_supervisor=False, **kw
+    )
 
 
 def reason_of(cluster: RayCluster, job_id: str, pattern: str, fresh: bool = True) -> str:
@@ -74,7 +77,9 @@ def reason_of(cluster: RayCluster, job_id: str, pattern: str, fresh: bool = True
 
 def running(cluster: RayCluster, job_id: str) -> list[str]:
     """Wait until the job runs; the slices it runs on."""
-    info = wait_for(lambda: (i := cluster.poll(job_id)).status is JobStatus.RUNNING and i, timeout=WAIT, what=f"{job_id} to run")
+    info = wait_for(
+        lambda: (i := cluster.poll(job_id)).status is JobStatus.RUNNING and i, timeout=WAIT, what=f"{job_id} to run"
+    )
     return info.attempts[-1].slices
 
 
@@ -164,7 +169,8 @@ def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_
             reason = reason_of(
                 quarantining,
                 job,
-                rf"queued: 1st for 1 x v4-16; cluster: 0 free, 1 held by block-a; quarantined: {bad} \(device busy twice in \d+ s\)",
+                rf"queued: 1st for 1 x v4-16; cluster: 0 free, 1 held by block-a; quarantined: {bad} "
+                rf"\(device busy twice in \d+ s\)",
                 fresh=False,
             )
             scheduler = ray.get_actor(SCHEDULER_NAME, namespace=namespace)
@@ -184,7 +190,10 @@ def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_
         fake.add_slice(TPU, name=bad, tries=3)
         fake.wait_settled()
         again = quarantining.wait(quarantining.launch(request("on-new-hardware", slices=2)), timeout=WAIT)  # needs both
-        assert again.status is JobStatus.SUCCEEDED and sorted(again.result) == sorted([bad, bad, healthy, healthy]), (again.error, again.result)
+        assert again.status is JobStatus.SUCCEEDED and sorted(again.result) == sorted([bad, bad, healthy, healthy]), (
+            again.error,
+            again.result,
+        )
     finally:
         try:
             ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=namespace))
@@ -203,7 +212,9 @@ def test_a_queued_job_goes_on_when_the_scheduler_actor_dies(ray_tpu_cluster: Any
     ray.kill(old, no_restart=True)
     gate1.touch()
     info = fake.cluster.wait(waiting, timeout=WAIT)
-    assert info.status is JobStatus.SUCCEEDED and [a.outcome for a in info.attempts] == [AttemptOutcome.SUCCEEDED], info.error
+    assert info.status is JobStatus.SUCCEEDED and [a.outcome for a in info.attempts] == [AttemptOutcome.SUCCEEDED], (
+        info.error
+    )
     new = ray.get_actor(SCHEDULER_NAME, namespace=fake.cluster.namespace)
     assert new._actor_id != old._actor_id
     gate2.touch()
@@ -220,14 +231,20 @@ def test_a_slice_with_a_host_down_is_no_capacity(ray_tpu_cluster: Any) -> None:
     broken, whole = fake.slices()[TPU]
     try:
         dead = fake.kill_host(broken, 1)
-        wait_for(lambda: not any(n["NodeID"] == dead and n["Alive"] for n in ray.nodes()), timeout=WAIT, what="Ray to see the host dead")
+        wait_for(
+            lambda: not any(n["NodeID"] == dead and n["Alive"] for n in ray.nodes()),
+            timeout=WAIT,
+            what="Ray to see the host dead",
+        )
         one = fake.cluster.wait(fake.cluster.launch(request("one")), timeout=WAIT)
         assert one.status is JobStatus.SUCCEEDED and one.result == [whole, whole], (one.error, one.result)
         impatient = client(fake, retry_policy=attrs.evolve(FAST_RAY_POLICY, schedule_timeout=8.0))
         two = impatient.launch(request("two", slices=2))
         reason_of(impatient, two, rf"waiting for capacity: 1 of 2 x v4-16 exist \(1 with a host down: {broken}\)")
         info = impatient.wait(two, timeout=WAIT)
-        assert info.status is JobStatus.FAILED and [a.outcome for a in info.attempts] == [AttemptOutcome.UNSCHEDULABLE], info.error
+        assert info.status is JobStatus.FAILED and [a.outcome for a in info.attempts] == [
+            AttemptOutcome.UNSCHEDULABLE
+        ], info.error
         assert info.finished_at - info.submitted_at < 8.0 + 15.0  # the timeout, plus a round and the record
     finally:
         fake.wait_settled()  # replaces the broken slice
@@ -279,12 +296,19 @@ def test_a_slice_without_tpu_labels_is_found_from_its_resources_and_runs_the_job
         ours = [n for n in ray.nodes() if n["Alive"] and bare in n["Resources"]]
         assert len(ours) == 2 and all(not any(k.startswith("ray.io/tpu") for k in n.get("Labels") or {}) for n in ours)
         job = fake.cluster.launch(
-            JobRequest(name="bare", entrypoint=Entrypoint(callable=worker_identity), resources=ResourceConfig.with_tpu("v5p-16"))
+            JobRequest(
+                name="bare",
+                entrypoint=Entrypoint(callable=worker_identity),
+                resources=ResourceConfig.with_tpu("v5p-16"),
+            )
         )
         info = fake.cluster.wait(job, timeout=WAIT)
         assert info.status is JobStatus.SUCCEEDED, info.error
         assert info.attempts[0].slices == [bare]
-        assert [(r["TPU_NAME"], r["TPU_WORKER_ID"], r["FRAY_HOST_ID"]) for r in info.result] == [(bare, "0", "0"), (bare, "1", "1")]
+        assert [(r["TPU_NAME"], r["TPU_WORKER_ID"], r["FRAY_HOST_ID"]) for r in info.result] == [
+            (bare, "0", "0"),
+            (bare, "1", "1"),
+        ]
     finally:
         fake.preempt(bare, restore_after=None)
         fake.wait_settled()

@@ -166,14 +166,23 @@ def test_kill9_of_cli_supervisor_during_start_leaves_no_process(jobs_mod: Path) 
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     launch = [
-        sys.executable, "-m", "fray_core.cli", "launch", "--tpu", "v4-16", "--slices", "2",
-        "--cluster", "local", "reljobs:spawn_and_block",
+        sys.executable,
+        "-m",
+        "fray_core.cli",
+        "launch",
+        "--tpu",
+        "v4-16",
+        "--slices",
+        "2",
+        "--cluster",
+        "local",
+        "reljobs:spawn_and_block",
     ]
     leaked, report = _race(launch, jobs_mod, jobs_mod / "jobs", seed, window=1.0)
     assert leaked == 0, f"seed={seed}: {leaked} orphaned process(es) over {TRIALS} trials:\n" + "\n".join(report)
 
 
-LAUNCHER = '''
+LAUNCHER = """
 import sys, time
 sys.path.insert(0, ".")
 import reljobs
@@ -184,7 +193,7 @@ job_id = cluster.launch(JobRequest(name="race", entrypoint=Entrypoint(callable=r
                                    resources=ResourceConfig.with_tpu("v4-16", slice_count=2)))
 print(job_id, flush=True)
 time.sleep(120)
-'''
+"""
 
 
 @pytest.mark.timeout(600)
@@ -198,13 +207,23 @@ def test_kill9_of_launching_process_during_start_leaves_no_process(jobs_mod: Pat
     assert leaked == 0, f"seed={seed}: {leaked} orphaned process(es) over {TRIALS} trials:\n" + "\n".join(report)
 
 
-def test_scratch_dirs_of_a_process_killed_9_are_swept_by_the_next_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scratch_dirs_of_a_process_killed_9_are_swept_by_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A scratch dir outlives a maker killed -9; the next dir made with that prefix removes it, and
     never the dir of a maker that is still alive."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    code = "import sys, time; from fray_core._scratch import scratch_dir; print(scratch_dir('fray-local-'), flush=True); time.sleep(60)"
-    makers = [subprocess.Popen([sys.executable, "-c", code], env=_env(TMPDIR=str(tmp_path)), stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    code = (
+        "import sys, time; from fray_core._scratch import scratch_dir; print(scratch_dir('fray-local-'), "
+        "flush=True); time.sleep(60)"
+    )
+    makers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=_env(TMPDIR=str(tmp_path)), stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     try:
         dead_dir, live_dir = (Path(p.stdout.readline().strip()) for p in makers)  # type: ignore[union-attr]
         (dead_dir / "entry.pkl").write_bytes(b"x")
@@ -260,7 +279,10 @@ def test_job_ends_when_the_host_ends_while_a_grandchild_holds_stdout(jobs_mod: P
     cluster = LocalCluster(jobs_dir=str(jobs_mod / "jobs"))
     try:
         job_id = cluster.launch(
-            JobRequest(name="held", entrypoint=Entrypoint(callable=__import__("reljobs").spawn_and_block, function_args={"block": False}))
+            JobRequest(
+                name="held",
+                entrypoint=Entrypoint(callable=__import__("reljobs").spawn_and_block, function_args={"block": False}),
+            )
         )
         info = cluster.wait(job_id, timeout=30)
         assert info.status is JobStatus.SUCCEEDED and info.result == [42], info
@@ -274,7 +296,7 @@ def test_job_ends_when_the_host_ends_while_a_grandchild_holds_stdout(jobs_mod: P
 # --------------------------------------------------------------------------- a log we cannot write
 
 
-FULL_LOG = '''
+FULL_LOG = """
 import json, resource, sys
 resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))   # the log file cannot grow past 256 KiB
 from fray_core import Entrypoint, JobRequest
@@ -285,14 +307,17 @@ job_id = cluster.launch(JobRequest(name="chatty", entrypoint=Entrypoint(
 info = cluster.wait(job_id, timeout=60)
 print(json.dumps({"status": info.status.value, "error": info.error}))
 cluster.close()
-'''
+"""
 
 
 def test_log_that_cannot_be_written_fails_the_job(tmp_path: Path) -> None:
     """A file-size limit hit while writing the job log: the job FAILS saying so (it does not hang)."""
     r = subprocess.run(
         [sys.executable, "-c", FULL_LOG, str(tmp_path / "jobs")],
-        env=_env(), capture_output=True, text=True, timeout=120,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -352,20 +377,32 @@ def test_bad_cwd_is_a_failure_not_a_preemption(tmp_path: Path) -> None:
     workspace.mkdir()
     tpu = ResourceConfig.with_tpu("v4-8")
     try:
-        holder = cluster.launch(JobRequest(name="holder", entrypoint=Entrypoint(callable=_wait_for_marker, function_args={"marker": str(marker)}), resources=tpu))
+        holder = cluster.launch(
+            JobRequest(
+                name="holder",
+                entrypoint=Entrypoint(callable=_wait_for_marker, function_args={"marker": str(marker)}),
+                resources=tpu,
+            )
+        )
         wait_for(lambda: cluster.poll(holder).status is JobStatus.RUNNING, what="the holder to run")
         from fray_core.types import EnvironmentConfig
 
         job = cluster.launch(
-            JobRequest(name="nocwd", entrypoint=Entrypoint(callable=os.getcwd), resources=tpu,
-                       environment=EnvironmentConfig(workspace=str(workspace)))
+            JobRequest(
+                name="nocwd",
+                entrypoint=Entrypoint(callable=os.getcwd),
+                resources=tpu,
+                environment=EnvironmentConfig(workspace=str(workspace)),
+            )
         )
         workspace.rmdir()  # while the job waits for the slice
         marker.touch()
         info = cluster.wait(job, timeout=60)
         assert info.status is JobStatus.FAILED, info
         assert info.preemptions == 0 and len(info.attempts) == 1, info
-        assert "cannot start the host process in cwd" in (info.error or "") and str(workspace) in (info.error or ""), info.error
+        assert "cannot start the host process in cwd" in (info.error or "") and str(workspace) in (info.error or ""), (
+            info.error
+        )
     finally:
         cluster.close()
 
@@ -373,7 +410,9 @@ def test_bad_cwd_is_a_failure_not_a_preemption(tmp_path: Path) -> None:
 def test_missing_binary_fails_once_with_the_reason(tmp_path: Path) -> None:
     cluster = LocalCluster(jobs_dir=str(tmp_path / "jobs"))
     try:
-        info = cluster.wait(cluster.launch(JobRequest(name="nobin", entrypoint=Entrypoint(binary="fray-no-such-binary"))), timeout=60)
+        info = cluster.wait(
+            cluster.launch(JobRequest(name="nobin", entrypoint=Entrypoint(binary="fray-no-such-binary"))), timeout=60
+        )
         assert info.status is JobStatus.FAILED and info.preemptions == 0 and len(info.attempts) == 1, info
         assert "cannot run 'fray-no-such-binary'" in (info.error or ""), info.error
     finally:
@@ -417,7 +456,9 @@ def test_sys_exit_in_a_callable(tmp_path: Path, code: object, status: JobStatus,
 
 
 def _tpu_job() -> JobRequest:
-    return JobRequest(name="tmp", entrypoint=Entrypoint(callable=os.getpid), resources=ResourceConfig.with_tpu("v4-16", slice_count=2))
+    return JobRequest(
+        name="tmp", entrypoint=Entrypoint(callable=os.getpid), resources=ResourceConfig.with_tpu("v4-16", slice_count=2)
+    )
 
 
 def test_close_removes_spool_and_fleet_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -462,8 +503,14 @@ def test_gpu_request_beyond_the_machine_fails_at_launch(tmp_path: Path, monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a machine without GPUs, whatever this one has
     cluster = LocalCluster(jobs_dir=str(tmp_path / "jobs"))
     try:
-        req = JobRequest(name="gpu", entrypoint=Entrypoint(callable=_visible), resources=ResourceConfig.with_gpu("H100", count=4, replicas=2))
-        with pytest.raises(ValueError, match=r"2 replica\(s\) x 4 GPU\(s\) of type 'H100' need 8 GPU\(s\); this machine has 0"):
+        req = JobRequest(
+            name="gpu",
+            entrypoint=Entrypoint(callable=_visible),
+            resources=ResourceConfig.with_gpu("H100", count=4, replicas=2),
+        )
+        with pytest.raises(
+            ValueError, match=r"2 replica\(s\) x 4 GPU\(s\) of type 'H100' need 8 GPU\(s\); this machine has 0"
+        ):
             cluster.launch(req)
         assert cluster.list_jobs() == []
     finally:
@@ -474,7 +521,11 @@ def test_each_gpu_replica_gets_its_own_devices(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4")
     cluster = LocalCluster(jobs_dir=str(tmp_path / "jobs"))
     try:
-        req = JobRequest(name="gpu", entrypoint=Entrypoint(callable=_visible), resources=ResourceConfig.with_gpu("auto", count=2, replicas=2))
+        req = JobRequest(
+            name="gpu",
+            entrypoint=Entrypoint(callable=_visible),
+            resources=ResourceConfig.with_gpu("auto", count=2, replicas=2),
+        )
         job_id = cluster.launch(req)
         info = cluster.wait(job_id, timeout=60)
         assert info.status is JobStatus.SUCCEEDED and info.result == ["0,1", "2,3"], info
@@ -487,7 +538,9 @@ def test_cpu_request_is_unchanged_by_gpus(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     cluster = LocalCluster(jobs_dir=str(tmp_path / "jobs"))
     try:
-        req = JobRequest(name="cpu", entrypoint=Entrypoint(callable=os.getpid), resources=ResourceConfig(device=CpuConfig()))
+        req = JobRequest(
+            name="cpu", entrypoint=Entrypoint(callable=os.getpid), resources=ResourceConfig(device=CpuConfig())
+        )
         assert cluster.wait(cluster.launch(req), timeout=60).status is JobStatus.SUCCEEDED
     finally:
         cluster.close()

@@ -125,7 +125,7 @@ def test_refuses_results_from_a_dir_others_can_write(cluster: LocalCluster, jobs
     reader = LocalCluster(jobs_dir=str(jobs_dir))
     os.chmod(jobs_dir, 0o1777)  # a shared /tmp-like dir: anyone may plant a job there
     with pytest.raises(UnsafeJobsDirError) as e:
-        reader.poll(job_id).result
+        _ = reader.poll(job_id).result
     msg = str(e.value)
     assert str(jobs_dir) in msg and "writable by group and others (mode 1777)" in msg
     assert f"chmod go-w {jobs_dir}" in msg and "FRAY_JOBS_SHARED=1" in msg
@@ -135,7 +135,7 @@ def test_refuses_results_from_a_dir_others_can_write(cluster: LocalCluster, jobs
     assert shared.read_info(job_id)[0].result == [7]
     os.chmod(jobs_dir / job_id, 0o770)  # but not the job's own dir
     with pytest.raises(UnsafeJobsDirError, match="job dir is writable by its group .*chmod go-w"):
-        shared.read_info(job_id)[0].result
+        _ = shared.read_info(job_id)[0].result
     os.chmod(jobs_dir, 0o700)
     os.chmod(jobs_dir / job_id, 0o700)
     os.chmod(jobs_dir / job_id / "result.pkl", 0o666)
@@ -168,7 +168,7 @@ def test_symlinks_in_the_jobs_dir_are_not_followed(cluster: LocalCluster, jobs_d
         infos = {i.job_id: i for i in LocalCluster(jobs_dir=str(jobs_dir)).list_jobs()}
     assert infos["linked-job"].status is JobStatus.UNKNOWN and "not followed" in (infos["linked-job"].error or "")
     with pytest.raises(ResultUnavailableError, match="symbolic link"):
-        infos[job_id].result
+        _ = infos[job_id].result
     with pytest.raises(RecordError, match="symbolic link"):
         cluster.poll("linked-job")
     assert not (tmp_path / "code-ran").exists()
@@ -276,7 +276,7 @@ def test_one_bad_job_affects_only_that_job(cluster: LocalCluster, jobs_dir: Path
     assert "not a regular file" in (infos["a-dir"].error or "")
     assert reader.poll(good).result == [7]
     with pytest.raises(ResultUnavailableError, match="result cannot be loaded: No module named 'mymodels'"):
-        infos[user_class].result
+        _ = infos[user_class].result
     with pytest.raises(ResultUnavailableError, match="has 5000 bytes but .* were written; the file is damaged"):
         reader.result(truncated)
     with pytest.raises(RecordError, match="job null: .*not a record"):
@@ -311,7 +311,7 @@ def test_results_that_cannot_be_stored_are_said_to_be_missing(jobs_dir: Path, mo
     assert info.result_error and "cannot be pickled" in info.result_error
     assert isinstance(info.result[0], type(threading.Lock()))  # the writing process keeps them
     with pytest.raises(ResultUnavailableError, match="results were not stored: they cannot be pickled"):
-        store.read_info("unpicklable")[0].result
+        _ = store.read_info("unpicklable")[0].result
 
     def full_disk(self: JobStore, job_id: str, name: str, data: bytes) -> None:
         if name == "result.pkl":
@@ -324,10 +324,12 @@ def test_results_that_cannot_be_stored_are_said_to_be_missing(jobs_dir: Path, mo
     monkeypatch.undo()
     assert not (jobs_dir / "disk-full" / "result.pkl").exists()
     with pytest.raises(ResultUnavailableError, match="cannot write result.pkl: .*No space left on device"):
-        store.read_info("disk-full")[0].result
+        _ = store.read_info("disk-full")[0].result
 
 
-def test_a_result_write_that_dies_midway_leaves_no_succeeded_record(jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_result_write_that_dies_midway_leaves_no_succeeded_record(
+    jobs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = JobStore(str(jobs_dir))
     info = JobInfo(job_id="killed", name="x", status=JobStatus.RUNNING)  # type: ignore[arg-type]
     store.write(info)
@@ -372,16 +374,40 @@ def test_a_long_lived_cluster_does_not_keep_results(cluster: LocalCluster) -> No
         (lambda: ResourceConfig(ram="inf"), ValueError, ["ResourceConfig.ram", "'inf'", "'16g'"]),
         (lambda: ResourceConfig(ram=math.inf), ValueError, ["ResourceConfig.ram", "inf", "finite"]),
         (lambda: ResourceConfig(disk=math.nan), ValueError, ["ResourceConfig.disk", "nan", "finite"]),
-        (lambda: ResourceConfig(ram="99999999999999999999999p"), ValueError, ["ResourceConfig.ram", "99999999999999999999999p", "1024p"]),
+        (
+            lambda: ResourceConfig(ram="99999999999999999999999p"),
+            ValueError,
+            ["ResourceConfig.ram", "99999999999999999999999p", "1024p"],
+        ),
         (lambda: ResourceConfig(preemptible="no"), TypeError, ["ResourceConfig.preemptible", "'no'", "True or False"]),
-        (lambda: ResourceConfig(regions="eu-west4"), TypeError, ["ResourceConfig.regions", "'eu-west4'", "regions=['eu-west4']"]),
+        (
+            lambda: ResourceConfig(regions="eu-west4"),
+            TypeError,
+            ["ResourceConfig.regions", "'eu-west4'", "regions=['eu-west4']"],
+        ),
         (lambda: Entrypoint(binary="echo", args="hello"), TypeError, ["Entrypoint.args", "'hello'", "args=["]),
         (lambda: Entrypoint(binary="echo", args=5), TypeError, ["Entrypoint.args", "5", "list of arguments"]),
         (lambda: Entrypoint(binary="echo", args=["a\0b"]), ValueError, ["Entrypoint", "NUL"]),
-        (lambda: Entrypoint(callable=_value, function_args=[("x", 1)]), TypeError, ["Entrypoint.function_args", "('x', 1)", "mapping"]),
-        (lambda: Entrypoint(callable=_value, function_args="x=1"), TypeError, ["Entrypoint.function_args", "'x=1'", "mapping"]),
-        (lambda: EnvironmentConfig(pip_packages="numpy"), TypeError, ["EnvironmentConfig.pip_packages", "'numpy'", "['numpy']"]),
-        (lambda: EnvironmentConfig(pip_packages=["numpy", 3]), ValueError, ["EnvironmentConfig.pip_packages", "3", "requirement"]),
+        (
+            lambda: Entrypoint(callable=_value, function_args=[("x", 1)]),
+            TypeError,
+            ["Entrypoint.function_args", "('x', 1)", "mapping"],
+        ),
+        (
+            lambda: Entrypoint(callable=_value, function_args="x=1"),
+            TypeError,
+            ["Entrypoint.function_args", "'x=1'", "mapping"],
+        ),
+        (
+            lambda: EnvironmentConfig(pip_packages="numpy"),
+            TypeError,
+            ["EnvironmentConfig.pip_packages", "'numpy'", "['numpy']"],
+        ),
+        (
+            lambda: EnvironmentConfig(pip_packages=["numpy", 3]),
+            ValueError,
+            ["EnvironmentConfig.pip_packages", "3", "requirement"],
+        ),
         (lambda: EnvironmentConfig(env_vars=["A=1"]), TypeError, ["EnvironmentConfig.env_vars", "['A=1']", "mapping"]),
         (lambda: EnvironmentConfig(env_vars={"A": "x\0y"}), ValueError, ["EnvironmentConfig.env_vars['A']", "NUL"]),
         (lambda: EnvironmentConfig(env_vars={"A\0B": "x"}), ValueError, ["EnvironmentConfig.env_vars", "NUL", "'='"]),
@@ -407,7 +433,11 @@ def test_good_input_still_passes() -> None:
 
 
 def test_extras_are_refused_with_the_way_that_works() -> None:
-    with pytest.raises(ValueError, match=r"EnvironmentConfig.extras: no backend installs extras \(got \['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"EnvironmentConfig.extras: no backend installs extras \(got "
+        r"\['tpu'\]\).*pip_packages=\['myproject\[tpu\]'\]",
+    ):
         create_environment(extras=["tpu"])
     assert EnvironmentConfig(extras=()).extras == ()
     from fray_core.compat.ray_resources import environment_from_runtime_env

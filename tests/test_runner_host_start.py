@@ -2,19 +2,30 @@
 (``started_runs``), a job is RUNNING only once every host of the attempt started, the progress says how
 many did, ``Attempt.hosts_started_at`` records when, and an attempt whose hosts do not all start within
 ``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider whose
-``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start`` returns. On a fake clock: no processes, no sleeps."""
+``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start``
+returns. On a fake clock: no processes, no sleeps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 
-from fray_core.runner import GangRunner, HostOutcome, HostOutcomeKind, HostRun, HostSpec, RetryPolicy, SliceLease, SliceProvider
+from fray_core.runner import (
+    GangRunner,
+    HostOutcome,
+    HostOutcomeKind,
+    HostRun,
+    HostSpec,
+    RetryPolicy,
+    SliceLease,
+    SliceProvider,
+)
 from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig
 
-POLICY = RetryPolicy(backoff_initial=0.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=2.0, host_start_timeout=30.0)
+POLICY = RetryPolicy(
+    backoff_initial=0.0, schedule_timeout=10.0, poll_interval=1.0, cancel_grace=2.0, host_start_timeout=30.0
+)
 
 
 @attrs.define
@@ -40,7 +51,11 @@ class ScriptedProvider(SliceProvider):
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         self.attempt += 1
-        return [SliceLease(name=f"slice-{self.attempt}", device_type="v4-16", hosts=2, host_addresses=("10.0.0.1", "10.0.0.2"))]
+        return [
+            SliceLease(
+                name=f"slice-{self.attempt}", device_type="v4-16", hosts=2, host_addresses=("10.0.0.1", "10.0.0.2")
+            )
+        ]
 
     def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
         return [HostRun(lease, 0, h, handle=(self.attempt, 0, h)) for h in range(lease.hosts)]
@@ -72,10 +87,19 @@ class Reporting(ScriptedProvider):
 def run(provider: ScriptedProvider, preemptions: int = 1) -> tuple[JobInfo, list[tuple[str, str | None]]]:
     seen: list[tuple[str, str | None]] = []
     request = JobRequest(
-        name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16"), max_retries_preemption=preemptions
+        name="job",
+        entrypoint=Entrypoint(binary="train"),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_preemption=preemptions,
     )
     runner = GangRunner(
-        "job-1", request, provider, policy=POLICY, clock=provider.clock, wall=provider.clock, sleep=lambda s: None,
+        "job-1",
+        request,
+        provider,
+        policy=POLICY,
+        clock=provider.clock,
+        wall=provider.clock,
+        sleep=lambda s: None,
         on_change=lambda info: seen.append((info.status.value, info.progress)),
     )
     runner.run()
@@ -93,7 +117,10 @@ def test_running_only_once_every_host_reported_in_and_the_progress_says_how_many
 
     info, seen = run(Reporting(Clock(), step))
     assert info.status == JobStatus.SUCCEEDED and info.result == [0, 1]
-    assert seen[seen.index(("PENDING", "attempt 0: 1 of 2 hosts started on slice-0")) - 1] == ("PENDING", "attempt 0: starting 2 hosts on slice-0")
+    assert seen[seen.index(("PENDING", "attempt 0: 1 of 2 hosts started on slice-0")) - 1] == (
+        "PENDING",
+        "attempt 0: starting 2 hosts on slice-0",
+    )
     assert ("RUNNING", "attempt 0: running on slice-0") in seen
     assert all(status == "PENDING" for status, _ in seen[: seen.index(("RUNNING", "attempt 0: running on slice-0"))])
     assert info.attempts[0].hosts_started_at == 7.0  # noticed after the wait in which the last host reported
@@ -112,7 +139,10 @@ def test_hosts_that_never_start_end_the_attempt_as_preempted_at_the_start_deadli
     assert info.status == JobStatus.SUCCEEDED and info.preemptions == 1 and info.failures == 0
     first = info.attempts[0]
     assert first.outcome.value == "PREEMPTED" and first.hosts_started_at is None
-    assert "host start timed out: 1 of 2 hosts had not started 30 s after" in first.cause and "slice 0 (slice-0) host 1" in first.cause
+    assert (
+        "host start timed out: 1 of 2 hosts had not started 30 s after" in first.cause
+        and "slice 0 (slice-0) host 1" in first.cause
+    )
     assert first.ended_at - first.started_at >= POLICY.host_start_timeout
     assert {(0, 0, 0), (0, 0, 1)} <= provider.cancelled and provider.released == ["slice-0", "slice-1"]
     assert ("RUNNING", "attempt 0: running on slice-0") not in seen
@@ -124,7 +154,10 @@ def test_a_provider_that_cannot_tell_counts_hosts_started_when_start_returned() 
 
     info, seen = run(ScriptedProvider(Clock(), step))
     assert info.status == JobStatus.SUCCEEDED and info.attempts[0].hosts_started_at == 0.0
-    assert seen[1:3] == [("PENDING", "attempt 0: starting 2 hosts on slice-0"), ("RUNNING", "attempt 0: running on slice-0")]
+    assert seen[1:3] == [
+        ("PENDING", "attempt 0: starting 2 hosts on slice-0"),
+        ("RUNNING", "attempt 0: running on slice-0"),
+    ]
 
 
 def test_the_attempt_record_keeps_when_its_hosts_were_up() -> None:

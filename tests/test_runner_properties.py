@@ -54,7 +54,10 @@ def tpu_request(
 
 
 def make_runner(
-    request: JobRequest, provider: InMemorySliceProvider, clock: FakeClock, policy: RetryPolicy | None = None,
+    request: JobRequest,
+    provider: InMemorySliceProvider,
+    clock: FakeClock,
+    policy: RetryPolicy | None = None,
     job_id: str = "job-1",
 ) -> GangRunner:
     return GangRunner(
@@ -246,7 +249,12 @@ host_plans = st.one_of(
     ),
 )
 # how often each event happens when the runner waits (sampled_from shrinks towards the first)
-EVENTS = ["pass"] * 4 + ["finish"] * 5 + ["all_ok"] * 2 + ["preempt", "preempt", "remove", "restore", "occupy", "vacate", "terminate"]
+EVENTS = (
+    ["pass"] * 4
+    + ["finish"] * 5
+    + ["all_ok"] * 2
+    + ["preempt", "preempt", "remove", "restore", "occupy", "vacate", "terminate"]
+)
 MAX_EVENTS = 30
 
 
@@ -359,7 +367,10 @@ def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
     provider = InMemorySliceProvider({sc.tpu: sc.slices}, clock, script=driver.script, on_idle=driver)
     request = tpu_request(sc.tpu, sc.replicas, preemptions=sc.preemptions, failures=sc.failures, WANDB_MODE="offline")
     policy = RetryPolicy(
-        backoff_initial=sc.backoff, backoff_max=8.0, schedule_timeout=sc.schedule_timeout, poll_interval=sc.poll,
+        backoff_initial=sc.backoff,
+        backoff_max=8.0,
+        schedule_timeout=sc.schedule_timeout,
+        poll_interval=sc.poll,
         cancel_grace=1.0,
     )
     runner = make_runner(request, provider, clock, policy)
@@ -431,7 +442,9 @@ def test_budgets_are_exact(plan: list[str], P: int, F: int, replicas: int) -> No
         assert "scripted failure" in outcome.error  # the last error is kept
     elif verdict is JobStatus.FAILED:
         assert f"{P + 1} time(s), max_retries_preemption={P}" in outcome.error
-        assert outcome.error.startswith("preempted" if expected[-1] is AttemptOutcome.PREEMPTED else "preempted or unschedulable")
+        assert outcome.error.startswith(
+            "preempted" if expected[-1] is AttemptOutcome.PREEMPTED else "preempted or unschedulable"
+        )
     check_job(runner, provider, outcome, None)
 
 
@@ -550,7 +563,8 @@ def test_always_fails_keeps_the_error() -> None:
 
 def test_preemption_is_recovered_and_not_counted_as_a_failure() -> None:
     outcome, runner, provider, _ = run_job(
-        tpu_request(failures=0), {"v4-16": 2},
+        tpu_request(failures=0),
+        {"v4-16": 2},
         script=lambda a, s, h: HostScript("PREEMPTED", after=5.0) if a == 0 else "SUCCEEDED",
     )
     assert outcome.status is JobStatus.SUCCEEDED
@@ -605,8 +619,11 @@ def test_variable_multislice_takes_what_is_free() -> None:
 
 def test_multislice_where_slice_0_fails_once() -> None:
     outcome, runner, provider, _ = run_job(
-        tpu_request("v4-16", 2, failures=1), {"v4-16": 2},
-        script=lambda a, s, h: HostScript("FAILED", after=0.5) if (a, s, h) == (0, 0, 0) else HostScript(None if a == 0 else "SUCCEEDED"),
+        tpu_request("v4-16", 2, failures=1),
+        {"v4-16": 2},
+        script=lambda a, s, h: (
+            HostScript("FAILED", after=0.5) if (a, s, h) == (0, 0, 0) else HostScript(None if a == 0 else "SUCCEEDED")
+        ),
     )
     assert outcomes(runner) == ["FAILED", "SUCCEEDED"]
     # the other three hosts of attempt 0 were hanging: they were cancelled before the slices went back
@@ -617,7 +634,8 @@ def test_multislice_where_slice_0_fails_once() -> None:
 
 def test_multislice_where_one_slice_always_fails() -> None:
     outcome, runner, provider, _ = run_job(
-        tpu_request("v4-16", 2, failures=2), {"v4-16": 2},
+        tpu_request("v4-16", 2, failures=2),
+        {"v4-16": 2},
         script=lambda a, s, h: HostScript("FAILED", after=2.0) if s == 1 else HostScript(None),
     )
     assert outcome.status is JobStatus.FAILED and outcomes(runner) == ["FAILED"] * 3
@@ -667,19 +685,25 @@ def test_terminate_while_the_slices_arrive_is_not_a_success() -> None:
 
 def test_unschedulable_counts_against_the_preemption_budget_with_a_diagnosis() -> None:
     outcome, runner, provider, clock = run_job(
-        tpu_request("v4-16", 2, preemptions=1), {"v4-16": 2}, setup=lambda p, r, c: p.preempt("v4-16-1", restore_after=1e6)
+        tpu_request("v4-16", 2, preemptions=1),
+        {"v4-16": 2},
+        setup=lambda p, r, c: p.preempt("v4-16-1", restore_after=1e6),
     )  # capacity missing (preempted, not back): slices held by another job would make it wait its turn instead
     assert outcome.status is JobStatus.FAILED and outcomes(runner) == ["UNSCHEDULABLE", "UNSCHEDULABLE"]
     diagnosis = "asked: 2 x v4-16; fleet has: 1 free, 0 busy, 1 preempted"
     assert runner.info.attempts[0].cause == f"Unschedulable: {diagnosis}"
-    assert outcome.error == f"preempted or unschedulable 2 time(s), max_retries_preemption=1; last cause: Unschedulable: {diagnosis}"
+    assert (
+        outcome.error
+        == f"preempted or unschedulable 2 time(s), max_retries_preemption=1; last cause: Unschedulable: {diagnosis}"
+    )
     assert clock.now() == 10.0 + 1.0 + 10.0  # two schedule timeouts and one backoff, no real time
     check_job(runner, provider, outcome, None)
 
 
 def test_capacity_that_comes_back_in_time_is_used() -> None:
     outcome, runner, provider, clock = run_job(
-        tpu_request("v4-16", 2), {"v4-16": 2},
+        tpu_request("v4-16", 2),
+        {"v4-16": 2},
         setup=lambda p, r, c: p.preempt("v4-16-1", restore_after=7.5),  # down, coming back
     )
     assert outcome.status is JobStatus.SUCCEEDED and outcomes(runner) == ["SUCCEEDED"]
@@ -688,8 +712,12 @@ def test_capacity_that_comes_back_in_time_is_used() -> None:
 
 
 def test_cpu_gang_is_one_pseudo_slice() -> None:
-    request = JobRequest(name="cpu", entrypoint=ENTRY, resources=ResourceConfig.with_cpu(replicas=3), max_retries_failure=1)
-    outcome, runner, provider, _ = run_job(request, {}, script=lambda a, s, h: "FAILED" if (a, h) == (0, 2) else "SUCCEEDED")
+    request = JobRequest(
+        name="cpu", entrypoint=ENTRY, resources=ResourceConfig.with_cpu(replicas=3), max_retries_failure=1
+    )
+    outcome, runner, provider, _ = run_job(
+        request, {}, script=lambda a, s, h: "FAILED" if (a, h) == (0, 2) else "SUCCEEDED"
+    )
     assert outcome.status is JobStatus.SUCCEEDED and outcomes(runner) == ["FAILED", "SUCCEEDED"]
     assert outcome.results == [(1, 0, 0), (1, 0, 1), (1, 0, 2)]
     assert "replica 2" in runner.info.attempts[0].cause
@@ -709,12 +737,17 @@ def test_provider_reports_each_run_as_its_own_outcome_in_start_order() -> None:
     runs = [r for s, lease in enumerate(leases)
             for r in p.start(lease, [HostSpec(0, s, h, {}) for h in range(2)], ENTRY)]  # fmt: skip
     assert p.running_runs() == runs
-    assert [(r.state, r.reported, r.attempt, r.started_at, r.kind) for r in runs] == [("running", False, 0, 0.0, None)] * 4
+    assert [(r.state, r.reported, r.attempt, r.started_at, r.kind) for r in runs] == [
+        ("running", False, 0, 0.0, None)
+    ] * 4
     out = p.wait_any(list(reversed(runs)), 5.0)
     assert out == runs and all(o.run is o for o in out)  # same objects, in start (= end) order
     assert all(r.state == "ended" and r.reported and r.ended_at == 1.0 for r in runs)
     assert [r.report_seq for r in runs] == sorted(r.report_seq for r in runs)
-    assert [o.kind for o in out] == [HostOutcomeKind.SUCCEEDED] * 2 + [HostOutcomeKind.FAILED, HostOutcomeKind.SUCCEEDED]
+    assert [o.kind for o in out] == [HostOutcomeKind.SUCCEEDED] * 2 + [
+        HostOutcomeKind.FAILED,
+        HostOutcomeKind.SUCCEEDED,
+    ]
     assert out[0].result == (0, 0, 0) and out[2].error.startswith("RuntimeError: scripted failure")
     assert p.wait_any(runs, 1.0) == [] and p.running_runs() == []  # each run is reported once
     p.release(leases)

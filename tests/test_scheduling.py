@@ -17,7 +17,12 @@ COUNTS = [(1,), (2,), (4,), (2, 1), (4, 2, 1)]
 queue_ops = st.lists(
     st.one_of(
         st.tuples(
-            st.just("admit"), st.sampled_from(HOLDERS), st.sampled_from(COUNTS), st.integers(0, 6), st.booleans(), st.one_of(st.none(), st.integers(0, 5))
+            st.just("admit"),
+            st.sampled_from(HOLDERS),
+            st.sampled_from(COUNTS),
+            st.integers(0, 6),
+            st.booleans(),
+            st.one_of(st.none(), st.integers(0, 5)),
         ),
         st.tuples(st.just("leave"), st.sampled_from(HOLDERS)),
         st.tuples(st.just("wait"), st.sampled_from([0.5, 2.0, 5.0, 6.0])),
@@ -28,7 +33,9 @@ queue_ops = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(ops=queue_ops, ttl=st.sampled_from([1.0, 5.0]))
-def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stopped_asking(ops: list[tuple], ttl: float) -> None:
+def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stopped_asking(
+    ops: list[tuple], ttl: float
+) -> None:
     """Against a plain model (a list of live entries): a holder may take c slices iff c <= free - the
     needs of every live entry ahead of it (all entries, for a newcomer); it takes its largest such count;
     otherwise it waits at its place (at the back when new) for its largest count; an entry not renewed
@@ -96,7 +103,12 @@ failure_ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=failure_ops, after=st.integers(1, 3), window=st.sampled_from([0.0, 50.0, 120.0]), duration=st.sampled_from([0.0, 40.0, 90.0]))
+@given(
+    ops=failure_ops,
+    after=st.integers(1, 3),
+    window=st.sampled_from([0.0, 50.0, 120.0]),
+    duration=st.sampled_from([0.0, 40.0, 90.0]),
+)
 def test_a_slice_is_quarantined_exactly_after_enough_failures_of_one_host_within_the_window_until_its_time_is_up(
     ops: list[tuple], after: int, window: float, duration: float
 ) -> None:

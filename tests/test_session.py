@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import helpers
 from fray_core import (
     AttemptOutcome,
     Entrypoint,
@@ -24,6 +23,8 @@ from fray_core import (
 from fray_core.records import pid_alive
 from fray_local import LocalCluster, TpuFleet
 from fray_local.testing import TEST_POLICY
+
+import helpers
 
 V4 = ResourceConfig.with_tpu("v4-16", slice_count=2)
 
@@ -222,8 +223,11 @@ def test_close_releases_the_slices_for_the_next_job(tmp_path: Path) -> None:
         session.close()  # idempotent
         assert c.poll(session.job_id).status is JobStatus.SUCCEEDED
         assert not any(pid_alive(p) for p in pids)
-        job = c.launch(JobRequest(name="next", entrypoint=Entrypoint(callable=tpu_name),
-                                  resources=ResourceConfig.with_tpu("v4-16")))
+        job = c.launch(
+            JobRequest(
+                name="next", entrypoint=Entrypoint(callable=tpu_name), resources=ResourceConfig.with_tpu("v4-16")
+            )
+        )
         assert c.wait(job, timeout=60).result == ["v4-16-0", "v4-16-0"]
         with pytest.raises(Exception, match="closed"):
             session.run(remember)
@@ -450,8 +454,14 @@ def test_a_bad_call_count_file_affects_only_its_session(tmp_path: Path) -> None:
     try:
         with c.hold(ResourceConfig.with_tpu("v4-16")) as session:
             session.run(tpu_name)
-        job_id = c.wait(c.launch(JobRequest(name="plain", entrypoint=Entrypoint(callable=tpu_name),
-                                             resources=ResourceConfig.with_tpu("v4-16"))), timeout=60).job_id
+        job_id = c.wait(
+            c.launch(
+                JobRequest(
+                    name="plain", entrypoint=Entrypoint(callable=tpu_name), resources=ResourceConfig.with_tpu("v4-16")
+                )
+            ),
+            timeout=60,
+        ).job_id
         assert LocalCluster(jobs_dir=str(c.store.root)).poll(session.job_id).calls == 1
         (Path(c.store.root) / session.job_id / "calls.json").write_text('{"calls": "many"}')
         with pytest.warns(UserWarning, match="calls.json is not a call count"):

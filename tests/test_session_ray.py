@@ -36,8 +36,13 @@ V4 = ResourceConfig.with_tpu("v4-16", slice_count=2)
 def remember() -> dict:
     state = worker_state()
     state["calls"] = state.get("calls", 0) + 1
-    return {"pid": os.getpid(), "calls": state["calls"], "slice": os.environ["TPU_NAME"],
-            "where": (os.environ["FRAY_SLICE_ID"], os.environ["TPU_WORKER_ID"]), "attempt": os.environ["FRAY_ATTEMPT"]}
+    return {
+        "pid": os.getpid(),
+        "calls": state["calls"],
+        "slice": os.environ["TPU_NAME"],
+        "where": (os.environ["FRAY_SLICE_ID"], os.environ["TPU_WORKER_ID"]),
+        "attempt": os.environ["FRAY_ATTEMPT"],
+    }
 
 
 def mark_then_block(marker_dir: str) -> tuple[str, str]:
@@ -158,7 +163,11 @@ def test_ray_preemption_budget_is_exact(ray_tpu_cluster: Any) -> None:
                 out = session.run(remember)
                 assert {r["attempt"] for r in out} == {expected_attempt}
                 fake.preempt(out[0]["slice"], restore_after=0.0)
-                helpers.wait_for(lambda: preempted(session, int(expected_attempt)), 120, "the runner to see the preemption")
+                helpers.wait_for(
+                    lambda expected_attempt=expected_attempt: preempted(session, int(expected_attempt)),
+                    120,
+                    "the runner to see the preemption",
+                )
             with pytest.raises(JobFailedError) as e:  # the second is not
                 session.run(remember)
         info = e.value.info
@@ -231,7 +240,12 @@ def test_ray_fray_list_status_and_stop_see_the_session(ray_tpu_cluster: Any) -> 
     with fake.cluster.hold(ResourceConfig.with_tpu("v4-16"), name="ray-held") as session:
         workers = pids(session.run(remember) + session.run(remember))
         (record,) = [j for j in json.loads(fray("list", "--json").stdout) if j["job_id"] == session.job_id]
-        assert (record["kind"], record["calls"], record["status"], len(record["attempts"])) == ("session", 2, "RUNNING", 1)
+        assert (record["kind"], record["calls"], record["status"], len(record["attempts"])) == (
+            "session",
+            2,
+            "RUNNING",
+            1,
+        )
         assert "session (held slices), 2 call(s) so far" in fray("status", session.job_id).stdout
         assert "STOPPED" in fray("stop", session.job_id).stdout  # another process, through the supervisor actor
         with pytest.raises(JobFailedError, match="STOPPED"):

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
 
 from fray_core.provider import HostRun, HostSpec, SliceLease
 from fray_core.records import pid_alive
@@ -23,6 +22,8 @@ from fray_core.testing import FakeClock, InMemorySliceProvider
 from fray_core.types import AttemptOutcome, Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_local import LocalCluster, TpuFleet
 from fray_local.testing import TEST_POLICY
+
+from helpers import wait_for
 
 ENTRY = Entrypoint(binary="true")
 

@@ -78,10 +78,14 @@ def test_every_pod_type_both_know_agrees() -> None:
         assert TPUAcceleratorManager.is_valid_tpu_accelerator_topology(spec.generation, spec.topology)
         per_host_of_topology = ray_tpu.get_chips_per_host(spec.topology, spec.generation)
         if per_host_of_topology != spec.chips_per_host:
-            problems.append(f"{name}: chips per host of {spec.topology}: fray {spec.chips_per_host}, ray {per_host_of_topology}")
+            problems.append(
+                f"{name}: chips per host of {spec.topology}: fray {spec.chips_per_host}, ray {per_host_of_topology}"
+            )
         hosts, per_host = get_tpu_worker_resources(spec.topology, spec.generation, tpu_resource_per_chip=1)
         if (hosts, per_host["TPU"]) != (spec.hosts, spec.chips_per_host):
-            problems.append(f"{name}: hosts x chips: fray {spec.hosts} x {spec.chips_per_host}, ray {hosts} x {per_host['TPU']}")
+            problems.append(
+                f"{name}: hosts x chips: fray {spec.hosts} x {spec.chips_per_host}, ray {hosts} x {per_host['TPU']}"
+            )
     assert problems == []
 
 

@@ -134,7 +134,10 @@ def test_topology_must_match_the_chip_count() -> None:
         ({"cpu": -1}, r"ResourceConfig.cpu: must be >= 0, got -1"),
         ({"replicas": 0}, r"ResourceConfig.replicas: must be >= 1, got 0"),
         ({"replicas": []}, r"ResourceConfig.replicas: an empty list allows nothing"),
-        ({"replicas": [1, 0], "device": TpuConfig(type="v4-8")}, r"ResourceConfig.replicas: every entry must be an int >= 1, got 0"),
+        (
+            {"replicas": [1, 0], "device": TpuConfig(type="v4-8")},
+            r"ResourceConfig.replicas: every entry must be an int >= 1, got 0",
+        ),
         ({"replicas": [1, 2]}, r"only allowed for TPU slices"),
         ({"disk": "big"}, r"ResourceConfig.disk: cannot parse size 'big'"),
         ({"device": "tpu"}, r"ResourceConfig.device: expected CpuConfig\(\), GpuConfig\(...\) or TpuConfig"),
@@ -180,7 +183,9 @@ def test_entrypoint_arguments_that_the_callable_cannot_take_fail_at_construction
 
     Entrypoint.from_callable(train, args=(10,), kwargs={"lr": 0.1})
     Entrypoint(callable=train, function_args={"steps": 10})
-    with pytest.raises(TypeError, match=r"Entrypoint\.args: .*train\(\) cannot take args=\(\), .*missing a required argument: 'steps'"):
+    with pytest.raises(
+        TypeError, match=r"Entrypoint\.args: .*train\(\) cannot take args=\(\), .*missing a required argument: 'steps'"
+    ):
         Entrypoint(callable=train)
     with pytest.raises(TypeError, match=r"Entrypoint\.args: .*too many positional arguments"):
         Entrypoint.from_callable(train, args=(10, 0.1))

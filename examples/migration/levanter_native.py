@@ -22,7 +22,10 @@ except ImportError:  # imported as examples.migration.levanter_native
 def train() -> str:
     if os.environ["FRAY_ATTEMPT"] == "0" and os.environ["TPU_WORKER_ID"] == "0":
         raise RuntimeError("transient failure on host 0")  # retried within max_retries_failure
-    return f"host {os.environ['TPU_WORKER_ID']} of {os.environ['TPU_NAME']} ({os.environ.get('MEGASCALE_NUM_SLICES', '1')} slices)"
+    return (
+        f"host {os.environ['TPU_WORKER_ID']} of {os.environ['TPU_NAME']} "
+        f"({os.environ.get('MEGASCALE_NUM_SLICES', '1')} slices)"
+    )
 
 
 def main() -> None:

@@ -33,7 +33,10 @@ except ImportError:  # imported as examples.migration.levanter_run_on_pod
 def train() -> str:
     if os.environ["FRAY_ATTEMPT"] == "0":
         time.sleep(30)  # preempted long before this ends
-    return f"attempt {os.environ['FRAY_ATTEMPT']} slice {os.environ['MEGASCALE_SLICE_ID']} host {os.environ['TPU_WORKER_ID']}"
+    return (
+        f"attempt {os.environ['FRAY_ATTEMPT']} slice {os.environ['MEGASCALE_SLICE_ID']} host "
+        f"{os.environ['TPU_WORKER_ID']}"
+    )
 
 
 def main() -> None:

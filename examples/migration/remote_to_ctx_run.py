@@ -33,7 +33,9 @@ def score_all(n: int) -> list[float]:
 def main() -> None:
     print(f"scores at top level: {score_all(4)}")
     cluster = current_cluster()
-    job_id = cluster.launch(JobRequest(name="score-all", entrypoint=Entrypoint(callable=score_all, function_args={"n": 3})))
+    job_id = cluster.launch(
+        JobRequest(name="score-all", entrypoint=Entrypoint(callable=score_all, function_args={"n": 3}))
+    )
     info = cluster.wait(job_id, timeout=120, raise_on_failure=True)
     print(f"scores inside a job: {info.result[0]}")
 

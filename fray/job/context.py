@@ -1,5 +1,5 @@
-"""marin's ``fray.job.context``: the same names as :mod:`fray.job`, the job contexts (``SyncContext``, ``ThreadContext``,
-``RayContext``, ``create_job_ctx``, ``fray_job_ctx``) on Fray.
+"""marin's ``fray.job.context``: the same names as :mod:`fray.job`, the job contexts (``SyncContext``,
+``ThreadContext``, ``RayContext``, ``create_job_ctx``, ``fray_job_ctx``) on Fray.
 
 >>> from fray.job import create_job_ctx
 >>> ctx = create_job_ctx("sync")

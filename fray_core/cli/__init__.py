@@ -23,9 +23,9 @@ Backends may add commands by name (``fray sim`` is ``fray_local.sim``).
 
 Modules: ``app`` (parser, ``main``), ``common`` (exit codes, errors, argument types, the cluster of a
 command), ``config`` (flags, environment, config file), ``launch`` (``fray launch``), ``jobs``
-(``list``/``status``/``logs``/``stop``/``rm``/``prune``), ``tools`` (``completion``, ``doctor``, ``dashboard``), ``live``
-(following a job: live status line on a terminal, plain lines when piped), ``output`` (tables, timeline,
-JSON fields, escaping). ``rich`` is imported only when something is drawn.
+(``list``/``status``/``logs``/``stop``/``rm``/``prune``), ``tools`` (``completion``, ``doctor``,
+``dashboard``), ``live`` (following a job: live status line on a terminal, plain lines when piped),
+``output`` (tables, timeline, JSON fields, escaping). ``rich`` is imported only when something is drawn.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_USAGE",
     "UsageError",
+    "_parse_call_args",  # re-exported for tests/test_cli.py
     "build_parser",
     "build_request",
     "format_table",

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fray_core.cli import jobs, launch, tools
-from fray_core.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, UsageError, add_cluster_option, describe_os_error
+from fray_core.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    UsageError,
+    add_cluster_option,
+    describe_os_error,
+)
 
 __all__ = ["EPILOG", "build_parser", "main", "register_command", "run"]
 

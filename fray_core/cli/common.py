@@ -75,7 +75,9 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
     try:
         return cluster_from_spec(spec)
     except OSError as e:
-        raise UsageError(f"cannot use cluster {spec!r}: {describe_os_error(e)} (check FRAY_JOBS_DIR or the spec's jobs_dir)") from None
+        raise UsageError(
+            f"cannot use cluster {spec!r}: {describe_os_error(e)} (check FRAY_JOBS_DIR or the spec's jobs_dir)"
+        ) from None
 
 
 def check_default_jobs_dir(spec: str) -> None:

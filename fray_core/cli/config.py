@@ -86,7 +86,9 @@ def resolve_spec(cluster: str | None, address: str | None) -> tuple[str, str]:
     ('local?tpu=v4-16:2', '--cluster')
     """
     if cluster and address:
-        raise ValueError("--cluster and --address both name a cluster: give one (--address ADDR means --cluster 'ray?address=ADDR')")
+        raise ValueError(
+            "--cluster and --address both name a cluster: give one (--address ADDR means --cluster 'ray?address=ADDR')"
+        )
     config = load_config()
     if config.get("jobs_dir") and not os.environ.get("FRAY_JOBS_DIR"):
         os.environ["FRAY_JOBS_DIR"] = os.path.expanduser(config["jobs_dir"])

@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fray_core.cli.common import (
     EXIT_INTERRUPTED,
-    EXIT_TIMEOUT,
     EXIT_OK,
+    EXIT_TIMEOUT,
     UsageError,
     add_cluster_option,
+    at_least_one,
     backend_name,
     cluster_of,
-    at_least_one,
     exit_code,
-    positive_int,
     load_results,
+    positive_int,
 )
 from fray_core.cli.output import (
     age,
     describe_error,
     describe_goodput,
     describe_resources,
+    describe_step,
     describe_stop,
     is_terminal,
-    describe_step,
     job_json,
     one_line,
     print_attempts,
@@ -57,7 +57,9 @@ def _statuses(text: str) -> list[str]:
     wanted = [w.strip().upper() for w in text.split(",") if w.strip()]
     bad = [w for w in wanted if w not in allowed]
     if not wanted or bad:
-        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(allowed)} (comma-separated), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected one or more of {', '.join(allowed)} (comma-separated), got {text!r}"
+        )
     return wanted
 
 
@@ -75,7 +77,8 @@ def _since(text: str) -> float:
         return datetime.datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a duration ago (30s, 10m, 2h, 1d, 1w) or a date/time (2025-01-31, 2025-01-31T12:00), got {text!r}"
+            f"expected a duration ago (30s, 10m, 2h, 1d, 1w) or a date/time (2025-01-31, "
+            f"2025-01-31T12:00), got {text!r}"
         ) from None
 
 
@@ -91,7 +94,7 @@ def select(infos: list[JobInfo], args: argparse.Namespace) -> list[JobInfo]:
     if args.since is not None:
         out = [i for i in out if i.submitted_at >= args.since]
     if args.limit is not None:
-        out = out[-args.limit:]
+        out = out[-args.limit :]
     return out
 
 
@@ -116,8 +119,13 @@ def list_rows(
         if notes:
             status += f" ({'; '.join(notes)})"
         cells = {
-            "ID": i.job_id, "NAME": i.name, "KIND": i.kind, "STATUS": status, "ATTEMPTS": len(i.attempts),
-            "CALLS": i.calls if i.kind == "session" else "-", "PREEMPT/FAIL": f"{i.preemptions}/{i.failures}",
+            "ID": i.job_id,
+            "NAME": i.name,
+            "KIND": i.kind,
+            "STATUS": status,
+            "ATTEMPTS": len(i.attempts),
+            "CALLS": i.calls if i.kind == "session" else "-",
+            "PREEMPT/FAIL": f"{i.preemptions}/{i.failures}",
             "AGE": age(now - i.submitted_at),
         }
         if wide:
@@ -288,7 +296,9 @@ def _host_arg(text: str) -> tuple[int, int] | int:
             return int(s_.lstrip("s")), int(h.lstrip("h"))
         return int(t.lstrip("r"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected SLICE/HOST (e.g. 1/0) or a replica (r2 or 2), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected SLICE/HOST (e.g. 1/0) or a replica (r2 or 2), got {text!r}"
+        ) from None
 
 
 def log_filter(host: tuple[int, int] | int | None, attempt: int | None) -> Any:
@@ -329,7 +339,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     store = getattr(cluster, "store", None)
     if isinstance(store, JobStore):
         lines: Any = stream_log(
-            store, str(args.job_id), follow=args.follow, tail=args.tail, keep=keep,
+            store,
+            str(args.job_id),
+            follow=args.follow,
+            tail=args.tail,
+            keep=keep,
             is_done=lambda: cluster.poll(args.job_id).status.is_terminal(),
         )
     else:  # a backend without a job store: its own lines, cut here (the tail held as N lines)
@@ -446,8 +460,10 @@ def _terminate(cluster: Cluster, job_id: str, timeout: float) -> str | None:
     thread.start()
     thread.join(timeout)
     if "error" not in outcome:
-        return (f"job {job_id} did not stop within {timeout:g} s: its supervisor does not answer (frozen or "
-                f"overloaded); the stop request stays, so it stops if the supervisor resumes (fray status {job_id})")
+        return (
+            f"job {job_id} did not stop within {timeout:g} s: its supervisor does not answer (frozen or "
+            f"overloaded); the stop request stays, so it stops if the supervisor resumes (fray status {job_id})"
+        )
     error = outcome["error"]
     if isinstance(error, (JobNotFoundError, RecordError)):
         raise error
@@ -474,7 +490,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
         live = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
         if live:
             raise UsageError(
-                f"job {live[0].job_id} is {live[0].status.value}: only a job that ended can be removed (fray stop {live[0].job_id} first)"
+                f"job {live[0].job_id} is {live[0].status.value}: only a job that ended can be removed "
+                f"(fray stop {live[0].job_id} first)"
             )
     if not infos:
         print("fray: no ended job matches", file=sys.stderr)
@@ -508,13 +525,17 @@ def cmd_prune(args: argparse.Namespace) -> int:
     args.since = args.limit = None
     cutoff = time.time() - args.older_than
     old = [
-        i for i in select(cluster.list_jobs(), args)
+        i
+        for i in select(cluster.list_jobs(), args)
         if i.status.is_terminal() and (i.finished_at or i.submitted_at) and (i.finished_at or i.submitted_at) < cutoff
     ]
     for info in old:
         if not args.dry_run:
             delete_job(store, str(info.job_id))
-        print(f"{'would remove' if args.dry_run else 'removed'} {safe(info.job_id)} ({info.status.value}, ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)")
+        print(
+            f"{'would remove' if args.dry_run else 'removed'} {safe(info.job_id)} ({info.status.value}, "
+            f"ended {age(time.time() - (info.finished_at or info.submitted_at))} ago)"
+        )
     if not old:
         print("fray: no ended job is that old", file=sys.stderr)
     return EXIT_OK
@@ -528,7 +549,9 @@ def _wide(text: str) -> bool:
 
 def _add_watch(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("-w", "--watch", action="store_true", help=f"{what} every --interval seconds (Ctrl-C to stop)")
-    p.add_argument("--interval", metavar="S", type=_interval, default=2.0, help="seconds between redraws with -w (default 2)")
+    p.add_argument(
+        "--interval", metavar="S", type=_interval, default=2.0, help="seconds between redraws with -w (default 2)"
+    )
 
 
 def _interval(text: str) -> float:
@@ -552,14 +575,29 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
     )
     p.add_argument("--json", action="store_true", help="a JSON array of jobs (fields: see docs/index.md)")
     p.add_argument(
-        "--status", metavar="S[,S]", type=_statuses, action="append",
+        "--status",
+        metavar="S[,S]",
+        type=_statuses,
+        action="append",
         help="only jobs in these states (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED; any case; repeatable)",
     )
     p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches, e.g. 'train*'")
-    p.add_argument("--since", metavar="WHEN", type=_since, help="only jobs submitted since: 30m, 2h, 1d ago, or 2025-01-31[T12:00]")
-    p.add_argument("--limit", metavar="N", type=at_least_one, help="only the N most recently submitted (after the filters)")
-    p.add_argument("--wide", "-o", nargs="?", const=True, type=_wide, default=False, metavar="wide",
-                   help="every column (adds GOODPUT and SUBMITTED), never fitted to the terminal (also: -o wide)")
+    p.add_argument(
+        "--since", metavar="WHEN", type=_since, help="only jobs submitted since: 30m, 2h, 1d ago, or 2025-01-31[T12:00]"
+    )
+    p.add_argument(
+        "--limit", metavar="N", type=at_least_one, help="only the N most recently submitted (after the filters)"
+    )
+    p.add_argument(
+        "--wide",
+        "-o",
+        nargs="?",
+        const=True,
+        type=_wide,
+        default=False,
+        metavar="wide",
+        help="every column (adds GOODPUT and SUBMITTED), never fitted to the terminal (also: -o wide)",
+    )
     _add_watch(p, "redraw the list")
     add_cluster_option(p)
     p.set_defaults(func=cmd_list)
@@ -583,45 +621,65 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
         description="A job's output; every line is tagged [a<attempt> s<slice>/h<host>] (TPU) or "
         "[a<attempt> r<replica>] (CPU/GPU). With -f, follow until the job ends and exit with its status. "
         "The log is read in pieces: any size costs the same memory.",
-        epilog="examples:\n  fray logs ID --tail 50\n  fray logs ID -f --host 1/0\n  fray logs ID --attempt 2 --host r0",
+        epilog="examples:\n  fray logs ID --tail 50\n  fray logs ID -f --host 1/0\n  fray logs ID --attempt 2 "
+        "--host r0",
         formatter_class=fmt,
     )
     p.add_argument("job_id", metavar="ID")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
-    p.add_argument("-n", "--tail", metavar="N", type=positive_int, help="only the last N lines (of those the filters keep), then follow with -f")
+    p.add_argument(
+        "-n",
+        "--tail",
+        metavar="N",
+        type=positive_int,
+        help="only the last N lines (of those the filters keep), then follow with -f",
+    )
     p.add_argument("--host", metavar="S/H|rN", type=_host_arg, help="only slice S host H (TPU), or replica N (CPU/GPU)")
     p.add_argument("--attempt", metavar="N", type=positive_int, help="only attempt N's lines")
     add_cluster_option(p)
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser(
-        "stop", help="stop jobs", description="Stop every host of the jobs and release their slices; they end STOPPED.",
+        "stop",
+        help="stop jobs",
+        description="Stop every host of the jobs and release their slices; they end STOPPED.",
         epilog="examples:\n  fray stop ID\n  fray stop ID1 ID2\n  fray stop --all --name 'sweep-*' -y",
         formatter_class=fmt,
     )
     _add_selection(p, "stop")
-    p.add_argument("--timeout", metavar="S", type=_interval, default=60.0,
-                   help="seconds to wait for each job to stop (default 60); past it: exit code 4")
+    p.add_argument(
+        "--timeout",
+        metavar="S",
+        type=_interval,
+        default=60.0,
+        help="seconds to wait for each job to stop (default 60); past it: exit code 4",
+    )
     add_cluster_option(p)
     p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser(
-        "rm", help="delete ended jobs' records and logs",
+        "rm",
+        help="delete ended jobs' records and logs",
         description="Delete the records, logs and results of jobs that ended. A job that has not ended is refused.",
-        epilog="examples:\n  fray rm ID\n  fray rm --all --status failed -y", formatter_class=fmt,
+        epilog="examples:\n  fray rm ID\n  fray rm --all --status failed -y",
+        formatter_class=fmt,
     )
     _add_selection(p, "remove")
     add_cluster_option(p)
     p.set_defaults(func=cmd_rm)
 
     p = sub.add_parser(
-        "prune", help="delete jobs that ended long ago",
+        "prune",
+        help="delete jobs that ended long ago",
         description="Delete the records, logs and results of jobs that ended more than --older-than ago. Never a "
-        "job that has not ended.", epilog="examples:\n  fray prune --older-than 7d\n  fray prune --older-than 12h --status failed --dry-run",
+        "job that has not ended.",
+        epilog="examples:\n  fray prune --older-than 7d\n  fray prune --older-than 12h --status failed --dry-run",
         formatter_class=fmt,
     )
     p.add_argument("--older-than", metavar="AGE", type=_older_than, required=True, help="30m, 12h, 7d, 2w")
-    p.add_argument("--status", metavar="S[,S]", type=_statuses, action="append", help="only jobs that ended in these states")
+    p.add_argument(
+        "--status", metavar="S[,S]", type=_statuses, action="append", help="only jobs that ended in these states"
+    )
     p.add_argument("--name", metavar="GLOB", help="only jobs whose name matches")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     add_cluster_option(p)
@@ -631,7 +689,9 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
 def _add_selection(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("job_ids", metavar="ID", nargs="*", help=f"the jobs to {verb}")
     p.add_argument("--all", action="store_true", help=f"{verb} every job the filters keep (asks, unless -y)")
-    p.add_argument("--status", metavar="S[,S]", type=_statuses, action="append", help="with --all: only jobs in these states")
+    p.add_argument(
+        "--status", metavar="S[,S]", type=_statuses, action="append", help="with --all: only jobs in these states"
+    )
     p.add_argument("--name", metavar="GLOB", help="with --all: only jobs whose name matches")
     p.add_argument("--since", metavar="WHEN", type=_since, help="with --all: only jobs submitted since")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")

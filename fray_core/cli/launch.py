@@ -65,8 +65,9 @@ def _import_callable(target: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(mod_name)
     except Exception as e:
-        raise UsageError(f"cannot import module {mod_name!r} (the current directory is on sys.path): "
-                         f"{type(e).__name__}: {e}") from None
+        raise UsageError(
+            f"cannot import module {mod_name!r} (the current directory is on sys.path): {type(e).__name__}: {e}"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"module {mod_name!r} has no attribute {attr!r}")
@@ -100,7 +101,9 @@ def _gpu_arg(text: str) -> tuple[str, int]:
     if count.strip().isdigit():
         n = int(count)
     if not kind.strip() or (colon and (n is None or n < 1)):
-        raise argparse.ArgumentTypeError(f"expected TYPE or TYPE:N (e.g. A100, A100:8, auto:2; N an int >= 1), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected TYPE or TYPE:N (e.g. A100, A100:8, auto:2; N an int >= 1), got {text!r}"
+        )
     return kind.strip(), n if n is not None else 1
 
 
@@ -109,7 +112,9 @@ def default_name(target: str, rest: Sequence[str]) -> str:
 
     >>> default_name("train:main", []), default_name("pkg.eval:main", [])
     ('train-main', 'eval-main')
-    >>> default_name("scripts/train.py", []), default_name("python", ["-u", "train.py"]), default_name("bash", ["-c", "x"])
+    >>> default_name("scripts/train.py", []), default_name("python", ["-u", "train.py"]), default_name(
+    ...     "bash", ["-c", "x"]
+    ... )
     ('train', 'python-train', 'bash')
     """
     if _CALLABLE_RE.match(target) and not target.endswith(".py"):
@@ -247,23 +252,44 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
     p.add_argument("--name", type=job_name, help="job name (default: the function, script or command name)")
     p.add_argument("--tpu", metavar="TYPE", type=tpu_type, help="TPU pod type, e.g. v4-16, v5litepod-4, v6e-16")
     p.add_argument(
-        "--slices", metavar="N|N,M", type=_slices_arg, help="TPU slices (default 1); N,M: acceptable counts, largest that fits wins"
+        "--slices",
+        metavar="N|N,M",
+        type=_slices_arg,
+        help="TPU slices (default 1); N,M: acceptable counts, largest that fits wins",
     )
     p.add_argument("--replicas", metavar="N", type=at_least_one, help="CPU/GPU processes started together (default 1)")
     p.add_argument(
-        "--gpu", metavar="TYPE[:N]", type=_gpu_arg, help="N GPUs of TYPE per process (A100, H100:8, auto:2; default N 1)"
+        "--gpu",
+        metavar="TYPE[:N]",
+        type=_gpu_arg,
+        help="N GPUs of TYPE per process (A100, H100:8, auto:2; default N 1)",
     )
     p.add_argument("--cpu", type=float, help="CPUs per process (default 1)")
     p.add_argument("--ram", help="memory per process, e.g. 16g, 512m (default 4g)")
-    p.add_argument("--env", metavar="K=V", type=_env_arg, action="append", help="env var for every process (repeatable)")
     p.add_argument(
-        "--pip", metavar="PKG", action="append",
-        help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns if missing)",
+        "--env", metavar="K=V", type=_env_arg, action="append", help="env var for every process (repeatable)"
     )
     p.add_argument(
-        "--max-retries-preemption", metavar="N", type=positive_int, help="N retries after preemptions: at most N+1 such attempts (default 100)"
+        "--pip",
+        metavar="PKG",
+        action="append",
+        help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns "
+        "if missing)",
     )
-    p.add_argument("--max-retries-failure", metavar="N", type=positive_int, help="N retries after failures: at most N+1 failed attempts (default 0)")
-    p.add_argument("--wait", action="store_true", help="stream logs and progress until the job ends; exit with its status")
+    p.add_argument(
+        "--max-retries-preemption",
+        metavar="N",
+        type=positive_int,
+        help="N retries after preemptions: at most N+1 such attempts (default 100)",
+    )
+    p.add_argument(
+        "--max-retries-failure",
+        metavar="N",
+        type=positive_int,
+        help="N retries after failures: at most N+1 failed attempts (default 0)",
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="stream logs and progress until the job ends; exit with its status"
+    )
     add_cluster_option(p)
     p.set_defaults(func=cmd_launch)

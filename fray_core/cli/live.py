@@ -68,8 +68,10 @@ def status_line(info: JobInfo, elapsed: float) -> str:
         f"failures {budget(info.failures, 'max_retries_failure')}",
     ]
     att = info.current_attempt
-    what = info.progress if info.progress and not info.status.is_terminal() else (
-        f"attempt {att.index}" if att is not None else ""
+    what = (
+        info.progress
+        if info.progress and not info.status.is_terminal()
+        else (f"attempt {att.index}" if att is not None else "")
     )
     n = _hosts(info)
     if what and n and not _HOSTS_STARTED.search(what) and not info.status.is_terminal():

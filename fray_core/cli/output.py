@@ -54,7 +54,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: Text
     from rich.console import Console
 
     console = Console(file=out, highlight=False)
-    if wrap is None and len(headers) > 8:  # `--wide`: every column at its full width, wider than the terminal if need be
+    if (
+        wrap is None and len(headers) > 8
+    ):  # `--wide`: every column at its full width, wider than the terminal if need be
         console = Console(file=out, highlight=False, width=100_000)
     console.print(_table(headers, rows, fit=True, wrap=wrap))
 
@@ -300,7 +302,7 @@ def _axis(span: float, width: int) -> str:
         c = round(t / span * (width - 1))
         text = _tick(t, step)
         if c > end and c + len(text) <= len(axis):
-            axis[c:c + len(text)] = text
+            axis[c : c + len(text)] = text
             end = c + len(text)
         t += step
     return "".join(axis).rstrip()
@@ -328,9 +330,26 @@ def print_timeline(info: JobInfo, out: TextIO) -> None:
 
 #: the fields of a job in ``fray list --json`` / ``fray status --json`` (documented in docs/index.md)
 JOB_FIELDS = (
-    "job_id", "name", "status", "backend", "submitted_at", "finished_at", "progress", "error",
-    "preemptions", "failures", "max_retries_preemption", "max_retries_failure", "request", "attempts",
-    "pending_reason", "goodput", "kind", "calls", "last_step", "last_heartbeat_at",
+    "job_id",
+    "name",
+    "status",
+    "backend",
+    "submitted_at",
+    "finished_at",
+    "progress",
+    "error",
+    "preemptions",
+    "failures",
+    "max_retries_preemption",
+    "max_retries_failure",
+    "request",
+    "attempts",
+    "pending_reason",
+    "goodput",
+    "kind",
+    "calls",
+    "last_step",
+    "last_heartbeat_at",
 )
 ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
 

@@ -55,7 +55,7 @@ _fray() {{
         case "${{COMP_WORDS[i]}}" in -*) ;; *) cmd="${{COMP_WORDS[i]}}"; break ;; esac
     done
     if [[ -z "$cmd" ]]; then
-        COMPREPLY=($(compgen -W "{names} {' '.join(commands[''])}" -- "$cur"))
+        COMPREPLY=($(compgen -W "{names} {" ".join(commands[""])}" -- "$cur"))
         return
     fi
     opts=""
@@ -66,7 +66,8 @@ _fray() {{
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [[ " {takes_id} " == *" $cmd "* ]]; then
         local ids
-        ids=$(fray list --json 2>/dev/null | python3 -c 'import json,sys; print(" ".join(j["job_id"] for j in json.load(sys.stdin)))' 2>/dev/null)
+        ids=$(fray list --json 2>/dev/null |
+            python3 -c 'import json,sys; print(" ".join(j["job_id"] for j in json.load(sys.stdin)))' 2>/dev/null)
         COMPREPLY=($(compgen -W "$ids" -- "$cur"))
     else
         COMPREPLY=($(compgen -f -- "$cur"))
@@ -103,8 +104,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     path = config_path()
     try:
         config = load_config(path)
-        line(True if config else None, "config", f"{path}: {', '.join(f'{k} = {v!r}' for k, v in config.items())}"
-             if config else f"{path}: none (optional)")
+        line(
+            True if config else None,
+            "config",
+            f"{path}: {', '.join(f'{k} = {v!r}' for k, v in config.items())}" if config else f"{path}: none (optional)",
+        )
     except ValueError as e:
         line(False, "config", str(e), f"fix or remove {path} (keys: cluster, jobs_dir)")
     try:
@@ -122,12 +126,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
             line(True, "ray", f"ray {version('ray')} installed")
         except ImportError:  # PackageNotFoundError
-            line(False if backend == "ray" else None, "ray", "ray is not installed", "python -m pip install 'fray-jobs[ray]'")
+            line(
+                False if backend == "ray" else None,
+                "ray",
+                "ray is not installed",
+                "python -m pip install 'fray-jobs[ray]'",
+            )
     try:
         check_default_jobs_dir(spec)
         cluster = cluster_from_spec(spec)
     except Exception as e:  # noqa: BLE001 -- the doctor reports whatever is wrong instead of failing on it
-        line(False, "backend", f"{type(e).__name__}: {e}", "check the spec (fray --help lists them), FRAY_JOBS_DIR and the cluster")
+        line(
+            False,
+            "backend",
+            f"{type(e).__name__}: {e}",
+            "check the spec (fray --help lists them), FRAY_JOBS_DIR and the cluster",
+        )
         return EXIT_FAILED
     store = getattr(cluster, "store", None)
     if store is not None:
@@ -174,7 +188,12 @@ def _check_ray(line: Any) -> None:
 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
     except Exception as e:  # noqa: BLE001 -- reported, as above
-        line(False, "ray", f"cannot list the cluster's nodes: {type(e).__name__}: {e}", "check the address and that the cluster is up")
+        line(
+            False,
+            "ray",
+            f"cannot list the cluster's nodes: {type(e).__name__}: {e}",
+            "check the address and that the cluster is up",
+        )
         return
     slices: dict[str, set[str]] = {}
     for n in nodes:
@@ -187,15 +206,20 @@ def _check_ray(line: Any) -> None:
     if slices:
         line(True, "tpu slices", ", ".join(f"{len(v)} x {k}" for k, v in sorted(slices.items())))
     elif tpus:
-        line(False, "tpu slices", "TPU resources but no ray.io/tpu-* node labels",
-             "use Ray >= 2.60 on the TPU hosts (labels come from ray.util.tpu); see docs/backends.md")
+        line(
+            False,
+            "tpu slices",
+            "TPU resources but no ray.io/tpu-* node labels",
+            "use Ray >= 2.60 on the TPU hosts (labels come from ray.util.tpu); see docs/backends.md",
+        )
     else:
         line(None, "tpu slices", "none (CPU/GPU jobs only)")
 
 
 def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None:
     p = sub.add_parser(
-        "completion", help="print a shell completion script",
+        "completion",
+        help="print a shell completion script",
         description="Print a completion script for bash or zsh, generated from fray's parser.",
         epilog="examples:\n  source <(fray completion bash)          # in ~/.bashrc\n"
         "  fray completion zsh > ~/.zfunc/_fray.sh && echo 'source ~/.zfunc/_fray.sh' >> ~/.zshrc",
@@ -205,7 +229,8 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
     p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser(
-        "doctor", help="check the set-up: config, cluster, job store, Ray, TPU slices",
+        "doctor",
+        help="check the set-up: config, cluster, job store, Ray, TPU slices",
         description="What fray would use (config file, cluster spec and where it came from, jobs dir) and what "
         "is wrong with it, with how to fix it. Exit 0: no problem; 1: some problem.",
         formatter_class=fmt,
@@ -245,7 +270,8 @@ def _port(text: str) -> int:
 
 def add_dashboard_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None:
     p = sub.add_parser(
-        "dashboard", help="a read-only web page of jobs, timelines, logs and the fleet",
+        "dashboard",
+        help="a read-only web page of jobs, timelines, logs and the fleet",
         description="Serve a read-only web dashboard over the same job store and cluster as the other commands: "
         "the jobs with filters and live refresh, a job's attempt timeline, per-host log tails and request, a "
         "simulated fleet's slices; a JSON API under /api/. Bound to 127.0.0.1 unless --host says otherwise. "
@@ -256,7 +282,11 @@ def add_dashboard_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: st
         formatter_class=fmt,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_port, default=8290, help="port (default 8290; Ray's dashboard is 8265; 0: any free port)")
-    p.add_argument("--refresh", type=float, default=2.0, metavar="S", help="seconds between the page's live refreshes (default 2)")
+    p.add_argument(
+        "--port", type=_port, default=8290, help="port (default 8290; Ray's dashboard is 8265; 0: any free port)"
+    )
+    p.add_argument(
+        "--refresh", type=float, default=2.0, metavar="S", help="seconds between the page's live refreshes (default 2)"
+    )
     add_cluster_option(p)
     p.set_defaults(func=cmd_dashboard)

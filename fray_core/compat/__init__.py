@@ -20,8 +20,9 @@ Nothing here imports ray: a ``@ray.remote`` function is recognised by duck typin
 
 from __future__ import annotations
 
-from fray_core._lazy import lazy_exports
 from typing import TYPE_CHECKING
+
+from fray_core._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fray_core.compat.levanter import (
@@ -47,7 +48,9 @@ __all__ = [
     "unwrap_remote_function",
 ]
 
-_LAZY = {name: "fray_core.compat.ray_resources" for name in ("environment_from_runtime_env", "resources_from_ray_options")}
+_LAZY = {
+    name: "fray_core.compat.ray_resources" for name in ("environment_from_runtime_env", "resources_from_ray_options")
+}
 _LAZY.update({name: "fray_core.compat.levanter" for name in __all__ if name not in _LAZY})
 
 

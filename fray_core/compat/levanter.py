@@ -304,9 +304,7 @@ def run_on_pod_resumable(
     )
 
 
-def run_on_pod_multislice(
-    remote_fn: Callable[..., Any], tpu_type: str, num_slices: int | Sequence[int]
-) -> list[Any]:
+def run_on_pod_multislice(remote_fn: Callable[..., Any], tpu_type: str, num_slices: int | Sequence[int]) -> list[Any]:
     """One attempt on ``num_slices`` slices (no retries), as levanter's ``run_on_pod_multislice``; returns
     the values, one per host in (slice, host) order (levanter returned ``ObjectRef``s).
 

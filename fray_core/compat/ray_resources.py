@@ -88,11 +88,14 @@ def _single_host_slice(generation: str, chips: int, option: str) -> TpuSpec:
     fits = [s for s in TPU_CATALOG.values() if s.generation == generation and s.hosts == 1 and s.chips == chips]
     if len(fits) == 1:
         return fits[0]
-    singles = [f"{s.name} ({s.chips} chips)" for s in TPU_CATALOG.values() if s.generation == generation and s.hosts == 1]
+    singles = [
+        f"{s.name} ({s.chips} chips)" for s in TPU_CATALOG.values() if s.generation == generation and s.hosts == 1
+    ]
     raise ValueError(
         f"ray option {option}: no single-host {generation} slice has {chips} chips, so the slice type cannot be "
         f"inferred; single-host {generation} slices: {', '.join(singles) or 'none'}. For a host of a multi-host "
-        f"slice, add the slice's head resource, e.g. resources={{'TPU-{generation}-16-head': 1}}, or use TpuConfig directly"
+        f"slice, add the slice's head resource, e.g. resources={{'TPU-{generation}-16-head': 1}}, or use "
+        f"TpuConfig directly"
     )
 
 
@@ -117,7 +120,9 @@ def _check_scheduling_strategy(strategy: Any) -> None:
         hint = "gang placement is what TPU slices / ResourceConfig.replicas give; request those instead"
     else:
         hint = "Fray places processes itself; drop the option"
-    raise ValueError(f"ray option scheduling_strategy={strategy!r}: no Fray equivalent; {hint}. Allowed: None or 'DEFAULT'")
+    raise ValueError(
+        f"ray option scheduling_strategy={strategy!r}: no Fray equivalent; {hint}. Allowed: None or 'DEFAULT'"
+    )
 
 
 def resources_from_ray_options(
@@ -143,7 +148,7 @@ def resources_from_ray_options(
     ResourceConfig(cpu=8.0, ram='16g', disk='16g', device=CpuConfig(kind='cpu'), replicas=1, preemptible=True, regions=None)
     >>> resources_from_ray_options(resources={"TPU": 4}, accelerator_type="TPU-V5LITEPOD").device.type
     'v5litepod-4'
-    """
+    """  # noqa: E501 - a doctest output line (ResourceConfig repr) cannot be wrapped
     for key, value in other_options.items():
         if key in _IGNORED_OPTIONS:
             continue
@@ -207,7 +212,8 @@ def resources_from_ray_options(
                 )
             if is_tpu_type and _tpu_generation("accelerator_type", accelerator_type) != spec.generation:  # type: ignore[arg-type]
                 raise ValueError(
-                    f"ray option accelerator_type={accelerator_type!r} disagrees with resources[{head!r}] ({spec.generation})"
+                    f"ray option accelerator_type={accelerator_type!r} disagrees with resources[{head!r}] "
+                    f"({spec.generation})"
                 )
         else:
             chips = _number("resources['TPU']", tpu_chips, minimum=1)
@@ -219,7 +225,9 @@ def resources_from_ray_options(
                     "accelerator_type='TPU-V4' (or another generation) or a 'TPU-<type>-head' resource, "
                     "e.g. resources={'TPU': 4, 'TPU-v4-8-head': 1}"
                 )
-            spec = _single_host_slice(_tpu_generation("accelerator_type", accelerator_type), int(chips), f"resources['TPU']={tpu_chips!r}")  # type: ignore[arg-type]
+            spec = _single_host_slice(
+                _tpu_generation("accelerator_type", accelerator_type), int(chips), f"resources['TPU']={tpu_chips!r}"
+            )  # type: ignore[arg-type]
         device = TpuConfig(type=spec.name)
     elif is_tpu_type:
         raise ValueError(
@@ -229,7 +237,9 @@ def resources_from_ray_options(
     elif num_gpus:
         count = _number("num_gpus", num_gpus)
         if count != int(count):
-            raise ValueError(f"ray option num_gpus={num_gpus!r}: Fray allocates whole GPUs; allowed: an int >= 1 (or 0)")
+            raise ValueError(
+                f"ray option num_gpus={num_gpus!r}: Fray allocates whole GPUs; allowed: an int >= 1 (or 0)"
+            )
         device = GpuConfig(type=accelerator_type or "auto", count=int(count))
     elif accelerator_type is not None:
         raise ValueError(
@@ -257,7 +267,9 @@ def _packages(key: str, value: Any) -> list[str]:
         value = value.get("packages", [])
     if isinstance(value, str):  # a requirements file
         if not os.path.isfile(value):
-            raise ValueError(f"runtime_env[{key!r}]={value!r}: expected a list of packages or a requirements file that exists")
+            raise ValueError(
+                f"runtime_env[{key!r}]={value!r}: expected a list of packages or a requirements file that exists"
+            )
         with open(value) as f:
             return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith(("#", "-"))]
     if not isinstance(value, (list, tuple)) or not all(isinstance(p, str) for p in value):

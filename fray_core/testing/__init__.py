@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import attrs
 
@@ -129,7 +129,7 @@ class HostScript:
 HANG = HostScript(None)
 
 #: what a script returns: a HostScript, a kind (or its name, or "HANG"), or None (hang)
-ScriptResult = Union[HostScript, HostOutcomeKind, str, None]
+ScriptResult = HostScript | HostOutcomeKind | str | None
 #: ``script(attempt_index, slice_index, host_index) -> ScriptResult``, asked once per started host
 Script = Callable[[int, int, int], ScriptResult]
 
@@ -198,9 +198,7 @@ class RunRecord(HostRun):
     # slice (attempt, job, start time) lives on the slice's LeaseRecord; state and reported are derived.
     __slots__ = ("env", "script", "kind", "result", "error", "cancelled", "ended_at", "report_seq")
 
-    def __init__(
-        self, lease: SliceLease, s: int, h: int, env: dict[str, str] | None, script: HostScript
-    ) -> None:
+    def __init__(self, lease: SliceLease, s: int, h: int, env: dict[str, str] | None, script: HostScript) -> None:
         self.lease = lease
         self.slice_index = s
         self.host_index = h
@@ -254,7 +252,6 @@ class RunRecord(HostRun):
 
 _SELF = "(this job)"  # the fleet holder of the leases the provider acquires
 _OTHER = "(another job)"  # ... and of slices taken by occupy()
-
 
 
 class InMemorySliceProvider(SliceProvider):
@@ -332,9 +329,16 @@ class InMemorySliceProvider(SliceProvider):
         self.record = record
         self.clean_hosts = clean_hosts
         self.fleet = Fleet(
-            fleet, self.clock, fault_plan=fault_plan, min_count=0, name="InMemorySliceProvider",
-            quarantine_after=quarantine_after, quarantine_window=quarantine_window, quarantine_for=quarantine_for,
-            detection_delay=detection_delay, clean_hosts=clean_hosts,
+            fleet,
+            self.clock,
+            fault_plan=fault_plan,
+            min_count=0,
+            name="InMemorySliceProvider",
+            quarantine_after=quarantine_after,
+            quarantine_window=quarantine_window,
+            quarantine_for=quarantine_for,
+            detection_delay=detection_delay,
+            clean_hosts=clean_hosts,
         )
         self._addresses: dict[Slice, tuple[int, tuple[str, ...]]] = {}  # per slice: (incarnation, host IPs)
         self._held: dict[LeaseRecord, None] = {}
@@ -458,7 +462,9 @@ class InMemorySliceProvider(SliceProvider):
             self._host_ids = tuple(str(h) for h in range(max(n, 2 * len(self._host_ids))))
         return self._host_ids[:n]
 
-    def _lease(self, rec: LeaseRecord, name: str, device_type: str, hosts: int, addresses: tuple[str, ...]) -> SliceLease:
+    def _lease(
+        self, rec: LeaseRecord, name: str, device_type: str, hosts: int, addresses: tuple[str, ...]
+    ) -> SliceLease:
         lease = SliceLease(name=name, device_type=device_type, hosts=hosts, host_addresses=addresses, handle=rec)
         rec.lease = lease
         self._held[rec] = None
@@ -662,7 +668,7 @@ class InMemorySliceProvider(SliceProvider):
         where = f"attempt {host.attempt} slice {host.slice_index} host {host.host_index}"
         return (
             f"RuntimeError: scripted failure on {where}\n"
-            f"Traceback (most recent call last):\n  File \"<simulated host>\", line 1, in <module>\n"
+            f'Traceback (most recent call last):\n  File "<simulated host>", line 1, in <module>\n'
             f"RuntimeError: scripted failure on {where}\n"
         )
 
@@ -723,8 +729,15 @@ class InMemorySliceProvider(SliceProvider):
         """The leases acquired and not yet released."""
         return [r.lease for r in self._held]
 
-    def finish(self, run: HostRun, kind: HostOutcomeKind | str, *, result: Any = DEFAULT, error: str | None = None,
-               restore_after: Any = DEFAULT) -> None:
+    def finish(
+        self,
+        run: HostRun,
+        kind: HostOutcomeKind | str,
+        *,
+        result: Any = DEFAULT,
+        error: str | None = None,
+        restore_after: Any = DEFAULT,
+    ) -> None:
         """End a running host now. PREEMPTED preempts its whole slice (see :meth:`preempt`)."""
         host: RunRecord = run  # type: ignore[assignment]
         if host.state != "running":
@@ -839,4 +852,3 @@ class InMemorySliceProvider(SliceProvider):
         probs = self.problems()
         if probs:
             raise AssertionError("InMemorySliceProvider found broken invariants:\n  " + "\n  ".join(probs))
-
