@@ -1,10 +1,9 @@
 """A minimal fray backend: what a new backend (Kubernetes, SkyPilot, ...) writes, and nothing more.
 
 Two classes: a :class:`~fray_core.provider.SliceProvider` that runs every host as a subprocess on a fixed
-pool of pretend TPU slices, and a :class:`~fray_core.cluster.Cluster` that runs each job with fray's
-:class:`~fray_core.runner.GangRunner` in a thread and keeps its records in memory. All the policy (gangs,
-per-host env, retries, budgets, cancel-siblings, classification) is the runner's. It passes the
-conformance kit (tests/test_minimal_backend.py); docs/backends.md, "Writing a backend", walks through it.
+pool of pretend TPU slices, and a :class:`~fray_core.cluster.Cluster` that runs each job with fray's GangRunner
+in a thread and keeps its records in memory. All the policy (gangs, per-host env, retries, budgets, cancelling
+siblings, classification) is the runner's. It passes the conformance kit (tests/test_minimal_backend.py).
 
     >>> cluster = MinimalCluster({"v4-16": 2})
     >>> job_id = cluster.launch(JobRequest(name="hi", entrypoint=Entrypoint.from_binary("true"),
@@ -40,14 +39,14 @@ from fray_core.types import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, R
 
 # What a host process runs: load the entrypoint, run it, write ("ok", value) or ("error", text) atomically.
 HOST_CODE = """
-import os, subprocess, sys, traceback, cloudpickle
+import os, sys, traceback, cloudpickle
 entry = cloudpickle.load(open(sys.argv[1], "rb"))
 def put(x):
     with open(sys.argv[2] + ".tmp", "wb") as f:
         cloudpickle.dump(x, f)
     os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 if entry.binary is not None:
-    sys.exit(subprocess.call(entry.command))
+    os.execvp(entry.command[0], entry.command)  # the host becomes the command: its exit (or signal) is ours
 try:
     put(("ok", entry.callable(*entry.positional, **entry.function_args)))
 except BaseException as e:
@@ -193,8 +192,9 @@ class SubprocessProvider(SliceProvider):
             return HostOutcome(run, HostOutcomeKind.SUCCEEDED)
         with open(host.log, errors="replace") as f:
             tail = "".join(f.readlines()[-20:])
-        error = f"CommandFailed: exit code {host.proc.returncode}; last output:\n{tail}"
-        return HostOutcome(run, HostOutcomeKind.FAILED, error=error)
+        rc = host.proc.returncode  # a signal by its name, as every backend says it (killed by SIGKILL)
+        end = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+        return HostOutcome(run, HostOutcomeKind.FAILED, error=f"CommandFailed: {end}; last output:\n{tail}")
 
     def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
         live = [r.handle for r in runs if r.handle.proc.poll() is None]

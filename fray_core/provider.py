@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from fray_core._exits import exit_code_text  # re-exported: how a provider names a command's end (killed by SIGKILL)
 from fray_core.types import Entrypoint, ResourceConfig
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "Outcome",
     "SliceLease",
     "SliceProvider",
+    "exit_code_text",
 ]
 
 

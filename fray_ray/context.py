@@ -52,6 +52,23 @@ def code_paths() -> list[str]:
     return out
 
 
+def _ship_by_value(obj: Any) -> None:
+    """Let Ray pickle ``obj`` by value when its module is the client's own code (a test module, a script's
+    directory, a package not installed on the cluster): Ray pickles functions and classes of importable modules
+    by reference, and no client path is put on a worker's ``sys.path`` (on another machine it does not exist).
+    Inside a Fray job the job's runtime_env already carries that code; by value is then merely redundant."""
+    from fray_ray.code import code_root
+
+    module = getattr(obj, "__module__", None) or ""
+    top = sys.modules.get(module.split(".")[0])
+    if top is None or code_root(module) is None:
+        return
+    try:
+        ray.cloudpickle.register_pickle_by_value(top)
+    except (ValueError, AttributeError):  # not a registrable module: Ray pickles it as it always did
+        pass
+
+
 class RayJobContext(JobContext):
     """Tasks and actors on the connected Ray cluster. Actor handles are Ray's own
     (``handle.method.remote(...)`` returns an ``ObjectRef``)."""
@@ -80,6 +97,7 @@ class RayJobContext(JobContext):
         return apply_default_jax_platforms(dict(ray_options))
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
+        _ship_by_value(fn)
         with self._lock:
             try:
                 return self._remote_fns[fn]
@@ -150,4 +168,5 @@ class RayJobContext(JobContext):
                     )
         if not preemptible:
             opts["resources"] = {self.non_preemptible_resource: 0.001}
+        _ship_by_value(cls)
         return ray.remote(cls).options(**opts).remote(*args, **kwargs)

@@ -210,7 +210,15 @@ def describe_resources(summary: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------ timeline
 
-_FILL = {"SUCCEEDED": "=", "PREEMPTED": "~", "FAILED": "x", "CANCELLED": "-", "UNSCHEDULABLE": "?", "RESIZED": "+"}
+_FILL = {
+    "SUCCEEDED": "=",
+    "PREEMPTED": "~",
+    "FAILED": "x",
+    "CANCELLED": "-",
+    "UNSCHEDULABLE": "?",
+    "RESIZED": "+",
+    "STALLED": "!",
+}
 _LEGEND = [
     ("N", "attempt N starts"),
     ("=", "succeeded"),
@@ -219,6 +227,7 @@ _LEGEND = [
     ("-", "stopped"),
     ("?", "unschedulable"),
     ("+", "resized (stopped to grow)"),
+    ("!", "stalled (no heartbeat)"),
     (">", "running"),
     (".", "waiting for slices"),
     ("P", "preemption"),
