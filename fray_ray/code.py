@@ -71,6 +71,45 @@ def code_root(module: str) -> str | None:
     return root
 
 
+def _wrapped_modules(fn: Any, entrypoint: Any, depth: int = 3) -> list[str]:
+    """The modules of the functions and classes that ``fn`` wraps (a ``functools.partial``'s function and
+    arguments, a closure's cells, ``__wrapped__``) and of the entrypoint's arguments, a few levels deep."""
+    out: list[str] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any, level: int) -> None:
+        if level > depth or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, functools.partial):
+            for x in (obj.func, *obj.args, *obj.keywords.values()):
+                visit(x, level + 1)
+            return
+        if isinstance(obj, (list, tuple)):
+            for x in obj[:16]:
+                visit(x, level + 1)
+            return
+        if isinstance(obj, dict):
+            for x in list(obj.values())[:16]:
+                visit(x, level + 1)
+            return
+        if callable(obj):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                out.append(module)
+            for cell in getattr(obj, "__closure__", None) or ():
+                try:
+                    visit(cell.cell_contents, level + 1)
+                except ValueError:  # an empty cell
+                    pass
+            if hasattr(obj, "__wrapped__"):
+                visit(obj.__wrapped__, level + 1)
+
+    visit(fn, 0)
+    visit(getattr(entrypoint, "function_args", None) or {}, 1)
+    return out
+
+
 def _loaded_code_root() -> str | None:
     """The client directory most of this process's loaded, not installed modules come from (``None``: none)."""
     counts: dict[str, int] = {}
@@ -112,7 +151,10 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         out["pip"] = list(env.pip_packages)
     explicit = env.workspace if env is not None else None
     fn = request.entrypoint.callable
-    module = getattr(fn, "__module__", None) or ""
+    inner = fn
+    while isinstance(inner, functools.partial):  # a partial's own __module__ is functools': look inside
+        inner = inner.func
+    module = getattr(inner, "__module__", None) or ""
     if explicit:
         root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
     elif module == "__main__":
@@ -125,9 +167,11 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
             return out  # too big to ship whole: the function itself still travels
         what = "the script's folder"
     elif module.split(".")[0] in _OWN:
-        # Fray's own entrypoint (a held session's worker): the functions come later, from the client's own
-        # modules; ship the client directory most of its loaded modules come from, when it is not too big
-        root = _loaded_code_root()
+        # Fray's own entrypoint: a wrapper around the user's function (the levanter compat layer's partial),
+        # whose code travels as the user's would; or a held session's worker, whose functions come later from
+        # the client's own modules: ship the client directory most of its loaded modules come from
+        root = next(filter(None, map(code_root, _wrapped_modules(fn, request.entrypoint))), None)
+        root = root or _loaded_code_root()
         if root is None or _size(root, limit) > limit:
             return out
         what = "the client's code"

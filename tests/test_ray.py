@@ -5,6 +5,7 @@ actors, non-preemptible placement, requests that can never fit, and no leaked pl
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -397,3 +398,24 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
             and cwd != str(proj)
             and client_paths == []
         )
+
+
+@pytest.mark.ray
+def test_doctor_sees_the_ray_clusters_tpu_slices(ray_tpu_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``fray doctor --address ADDR`` (as ``ray job --address``): Ray's version, the nodes, the TPU slices
+    their ``ray.io/tpu-*`` labels show. (Here, not in test_cli_usability.py: the session's Ray cluster connects
+    this process to Ray, and the tests before the Ray modules see a process outside Ray.)"""
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
+    env.update(FRAY_JOBS_DIR=str(tmp_path / "jobs"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    r = subprocess.run(
+        [*__import__("test_cli").FRAY, "doctor", "--address", ray_tpu_cluster.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(from --address)" in r.stdout and "ray 2." in r.stdout
+    assert re.search(r"tpu slices +2 x v4-16", r.stdout), r.stdout
