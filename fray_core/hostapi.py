@@ -92,8 +92,10 @@ def preemption_notice() -> float | None:
     """The deadline (epoch seconds) of a pending preemption of this host's slice, else ``None``. Once
     noticed, ``FRAY_PREEMPTION_DEADLINE`` is set in this process's environment too (for its children).
 
-    >>> preemption_notice() is None     # outside a job, or no notice
+    >>> set_channel(notice=lambda: None)   # as a host runner does; outside a job the environment is read
+    >>> preemption_notice() is None          # no notice pending
     True
+    >>> set_channel()
     """
     source = _notice_source
     if source is not None:
