@@ -346,6 +346,29 @@ class FakeTpuCluster:
         self.wait_settled(max(1.0, end - time.monotonic()))
         return done
 
+    def _replace_dead_hosts(self) -> None:
+        """Watchdog (a thread of :func:`fake_tpu_cluster`): a host whose raylet exited without being removed
+        or killed (on a loaded 2-core machine a raylet can die when its agents start too slowly) takes its
+        slice with it and a fresh slice of the type joins, as a real cluster's node pool replaces a dead VM.
+        Without it a job waiting for that slice waits for its whole bound and every later test of the session
+        finds one slice short. Hosts a test killed on purpose (:meth:`kill_host`) are left alone."""
+        while not self._closed.wait(1.0):
+            with self._lock:
+                broken = [
+                    (name, hosts)
+                    for name, hosts in self._nodes.items()
+                    if any(h.node_id not in self._removed and _raylet_gone(h) for h in hosts)
+                ]
+            for name, hosts in broken:
+                print(f"fake_tpu_cluster: a host of {name} died on its own; replacing the slice", file=sys.stderr)
+                for h in hosts:
+                    if _raylet_gone(h):
+                        print(_death_report(h), file=sys.stderr)
+                try:
+                    self.preempt(name, restore_after=0.0)
+                except KeyError:
+                    pass  # a test removed it meanwhile
+
     def wait_restored(self, timeout: float = 120.0) -> None:
         """Block until every pending restore has added its slice (or ``timeout``)."""
         end = time.monotonic() + timeout
@@ -376,17 +399,51 @@ class FakeTpuCluster:
             time.sleep(0.2)
         dead = {n["NodeID"] for n in nodes if not n.get("Alive")}
         with self._lock:
+            # A raylet whose process is gone counts at once: Ray declares it dead only after its missed health
+            # checks, and a test started in between would wait for a slice that never comes back (CI saw one
+            # such host spoil every later test of the session).
             broken = [
-                (name, self._types[name])
+                (name, self._types[name], hosts)
                 for name, hosts in self._nodes.items()
-                if any(h.node_id in dead for h in hosts)
+                if any(h.node_id in dead or _raylet_gone(h) for h in hosts)
             ]
-        for name, tpu_type in broken:
+        for name, tpu_type, hosts in broken:
             print(f"fake_tpu_cluster: slice {name} lost a host it was not told to lose; replacing it", file=sys.stderr)
+            for h in hosts:
+                if h.node_id in dead or _raylet_gone(h):
+                    print(_death_report(h), file=sys.stderr)
             self.preempt(name, restore_after=None)
             self.add_slice(tpu_type, tries=3)
         if broken:
             self.wait_settled(max(1.0, end - time.monotonic()))
+
+
+def _raylet_gone(node: Any) -> bool:
+    """Whether a host's raylet process has exited (not one we removed: those are no longer in ``_nodes``)."""
+    try:
+        return bool(node.dead_processes())
+    except Exception:
+        return False
+
+
+def _death_report(node: Any, lines: int = 15) -> str:
+    """What a host that died on its own left in its logs: the exit codes of its processes and the last lines of
+    the raylet's logs, so a CI failure of the emulated cluster says why the host went."""
+    out = [f"fake_tpu_cluster: host {node.node_id[:12]} died on its own"]
+    try:
+        for kind, proc in node.dead_processes():
+            out.append(f"  {kind} pid {proc.pid} exited with {proc.poll()}")
+        raylet = next((p for _, infos in node.all_processes.items() for p in infos if p.stderr_file), None)
+        names = [raylet.stderr_file, raylet.stdout_file] if raylet is not None else []
+        for path in names:
+            if path and os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    tail = f.readlines()[-lines:]
+                out.append(f"  -- {os.path.basename(path)} (last {len(tail)} lines)")
+                out.extend("    " + t.rstrip()[:300] for t in tail)
+    except Exception as e:  # a diagnostic must not turn a replaced slice into a failed test
+        out.append(f"  (no logs: {type(e).__name__}: {e})")
+    return "\n".join(out)
 
 
 @contextlib.contextmanager
@@ -458,6 +515,7 @@ def fake_tpu_cluster(
             for _ in range(count):
                 fake.add_slice(tpu_type, wait=False)
         rc.wait_for_nodes(timeout=120)
+        threading.Thread(target=fake._replace_dead_hosts, daemon=True, name="fray-fake-watchdog").start()
         fake.cluster = RayCluster(
             address=rc.address, namespace=namespace, retry_policy=retry_policy or FAST_RAY_POLICY, jobs_dir=jobs_dir
         )

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Any
 
 import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that needs Ray (marked ``ray``: the session's emulated cluster, or a bench script starting its
+    own) runs in one pytest-xdist group, on one worker, first: one emulated Ray cluster at a time on the
+    machine, and the longest unit of work starts first while the other worker takes the rest of the suite
+    (README's test command runs ``-n 2 --dist loadgroup``; without xdist the mark does nothing)."""
+    ray_items = [item for item in items if item.get_closest_marker("ray") is not None]
+    for item in ray_items:
+        item.add_marker(pytest.mark.xdist_group("ray"))
+    ray_ids = {id(item) for item in ray_items}
+    items[:] = ray_items + [item for item in items if id(item) not in ray_ids]
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -13,23 +27,48 @@ def _isolated_jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["FRAY_JOBS_DIR"] = str(tmp_path_factory.mktemp("fray-jobs"))
 
 
-@pytest.fixture(scope="session")
-def _ray_tpu_session(_isolated_jobs_dir: None):  # type: ignore[no-untyped-def]
-    """One emulated Ray TPU cluster (head + 2 x v4-16 = 4 emulated hosts) for the whole session."""
+_RAY_SESSION = contextlib.ExitStack()  # this process's emulated Ray cluster, closed after its last Ray test
+_RAY_FAKE: list[Any] = []
+
+
+def _ray_fake() -> Any:
+    """One emulated Ray TPU cluster (head + 2 x v4-16 = 4 emulated hosts) for the session, started by the first
+    test that asks for it and shut down after the last Ray test (pytest_runtest_teardown below), so the tests
+    that run after the Ray tests in this process are not inside Ray."""
     pytest.importorskip("ray")
     from fray_ray.testing import fake_tpu_cluster
 
-    with fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0) as fake:
-        yield fake
+    if not _RAY_FAKE:
+        _RAY_FAKE.append(_RAY_SESSION.enter_context(fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0)))
+    return _RAY_FAKE[0]
+
+
+def _close_ray_session() -> None:
+    _RAY_FAKE.clear()
+    _RAY_SESSION.close()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down (ray_tpu_cluster's cleanup)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last Ray test of this process (they run first and together) the cluster goes; a session-scoped
+    fixture would keep it, and this process connected to Ray, until the very end."""
+    if _RAY_FAKE and item.get_closest_marker("ray") is not None:
+        if nextitem is None or nextitem.get_closest_marker("ray") is None:
+            _close_ray_session()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _close_ray_session()
 
 
 @pytest.fixture
-def ray_tpu_cluster(_ray_tpu_session):  # type: ignore[no-untyped-def]
+def ray_tpu_cluster(_isolated_jobs_dir: None):  # type: ignore[no-untyped-def]
     """The session's emulated Ray TPU cluster, handed to each test as a fresh one: afterwards every job the
     test left running is stopped, every placement group must be gone and every slice whole again. A test
     that left something behind fails (nothing may outlive its job), and the next test starts clean instead
     of waiting behind it."""
-    yield _ray_tpu_session
-    leftovers = _ray_tpu_session.cleanup()
+    fake = _ray_fake()
+    yield fake
+    leftovers = fake.cleanup()
     if leftovers:
         pytest.fail("the test left work on the emulated Ray cluster:\n" + "\n".join(leftovers), pytrace=False)
