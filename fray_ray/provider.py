@@ -255,6 +255,7 @@ class _View:
     nodes: dict[str, dict[str, Any]]
     slices: dict[str, TpuSlice] = attrs.field(factory=dict)  # the alive ones, by name
     mismatched: list[str] = attrs.field(factory=list)  # slices of the type with another topology (label)
+    token: tuple[int, int] = (0, 0)  # which reads of the shared cluster view it was made from
 
 
 @attrs.define(eq=False)
@@ -331,6 +332,7 @@ class RaySliceProvider(SliceProvider):
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
         self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
         self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
+        self._last_answer: tuple[Any, Unschedulable] | None = None  # the scheduler's last "wait", by view read
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -358,6 +360,7 @@ class RaySliceProvider(SliceProvider):
         Ray's own state (see :class:`_View`); ``holders=False``: not who holds the busy ones."""
         spec = get_tpu_spec(tpu_type)
         topology = topology or spec.topology
+        shared = ClusterView.shared()
         nodes = _node_table()
         every_host = {str(h) for h in range(spec.hosts)}
         heads = {}
@@ -398,7 +401,8 @@ class RaySliceProvider(SliceProvider):
                         if job:
                             held[name] = job
                             break
-        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched))
+        token = (shared.reads("nodes"), shared.reads("available"))
+        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched), token)
 
     def _group_job(self, group_id: str) -> str:
         """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
@@ -454,7 +458,9 @@ class RaySliceProvider(SliceProvider):
             # The queue is the only admission there is: a job never takes slices on capacity alone because
             # the scheduler is slow (first come, first served would be lost without a word). It waits, held
             # (no attempt, no budget spent), and says why.
-            return Unschedulable(f"{message}; {answer.reason()}", held=True, reason=answer.reason() + self._slow())
+            waiting = Unschedulable(f"{message}; {answer.reason()}", held=True, reason=answer.reason() + self._slow())
+            waiting.behind = True  # ask again next round (the call in flight), whatever the view
+            return waiting
         if "count" in answer:
             return answer["count"], answer["exclude"]
         return Unschedulable(message, held=answer["held"], reason=answer["reason"] + self._slow())
@@ -502,14 +508,20 @@ class RaySliceProvider(SliceProvider):
                     "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                     permanent=True,
                 )
-            admitted = self._admit(
-                spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view), deadline
-            )
+            last = self._last_answer
+            if last is not None and last[0] == (view.token, tuple(counts)):
+                admitted = last[1]  # the scheduler saw this very view: its answer stands (no call, no GCS read)
+            else:
+                admitted = self._admit(
+                    spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view), deadline
+                )
+                if isinstance(admitted, Unschedulable) and not getattr(admitted, "behind", False):
+                    self._last_answer = ((view.token, tuple(counts)), admitted)
             if not isinstance(admitted, Unschedulable):
                 break
             if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
                 self._sleep_until(deadline)
-                raise admitted
+                raise admitted.with_traceback(None)  # reused across rounds: no growing traceback
             time.sleep(TRANSIT_STEP)
         count, exclude = admitted
         if any(not view.slices[n].labelled for n in free):
