@@ -1019,9 +1019,20 @@ class RaySliceProvider(SliceProvider):
             if res is None or res.lost is not None or res.removed or not res.groups:
                 continue
             pg = res.groups[0]
-            state = placement_group_table(pg).get("state")
-            if state != "CREATED" and not res.removed:  # not released by this job meanwhile
+            table = placement_group_table(pg)
+            state = table.get("state")
+            # Placed again elsewhere (a node died and the group was rescheduled onto a replacement between two
+            # checks) is as lost as RESCHEDULING: the hosts' tasks were on the dead node.
+            moved = sorted(set((table.get("bundles_to_node_id") or {}).values()) - res.nodes) if res.nodes else []
+            if res.removed:
+                continue  # released by this job meanwhile
+            if state != "CREATED":
                 res.lost = f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
+            elif moved:
+                res.lost = (
+                    f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} was placed again on node(s) "
+                    f"{', '.join(m[:12] for m in moved)} (a node of it died)"
+                )
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
