@@ -275,6 +275,19 @@ def _node_table(fresh: bool = False) -> dict[str, dict[str, Any]]:
     return ClusterView.shared().nodes()
 
 
+_discovery: tuple[int, dict[str, TpuSlice]] = (-1, {})  # the slices of the shared node table's last read
+
+
+def _discovered(read: int, nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
+    """``discover_slices(nodes)``, once per read of the shared node table (``read``: its number): at 16,000
+    nodes the scan is tens of ms of CPU, and every job of the process would do it every round."""
+    global _discovery
+    done = _discovery
+    if done[0] != read:
+        done = _discovery = (read, discover_slices(nodes))
+    return done[1]
+
+
 def _bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
     return {int(k): v for k, v in placement_group_table(pg).get("bundles_to_node_id", {}).items()}
 
@@ -361,13 +374,13 @@ class RaySliceProvider(SliceProvider):
         spec = get_tpu_spec(tpu_type)
         topology = topology or spec.topology
         shared = ClusterView.shared()
-        nodes = _node_table()
+        nodes, nodes_read = shared.numbered("nodes")
         every_host = {str(h) for h in range(spec.hosts)}
         heads = {}
         incomplete = []
         slices: dict[str, TpuSlice] = {}
         mismatched = []
-        for name, s in discover_slices(nodes).items():
+        for name, s in _discovered(nodes_read, nodes).items():
             if s.pod_type != spec.name:
                 continue
             if s.topology is not None and s.topology != topology:
@@ -385,7 +398,7 @@ class RaySliceProvider(SliceProvider):
                 heads[s.head] = name
                 slices[name] = s
         incomplete.sort()
-        avail = ClusterView.shared().available()
+        avail, avail_read = shared.numbered("available")
         free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
         held: dict[str, str] = {}
         if holders:
@@ -401,7 +414,7 @@ class RaySliceProvider(SliceProvider):
                         if job:
                             held[name] = job
                             break
-        token = (shared.reads("nodes"), shared.reads("available"))
+        token = (nodes_read, avail_read)
         return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched), token)
 
     def _group_job(self, group_id: str) -> str:

@@ -50,22 +50,28 @@ class _Cached:
 
     def __init__(self, read: Callable[[], Any], empty: Any) -> None:
         self.read = read
-        self.value = empty
+        self.snapshot: tuple[Any, int] = (empty, 0)  # the copy and the number of the read that gave it
         self.at = float("-inf")  # time.monotonic() of the read that gave ``value``
         self.took = 0.0  # seconds that read took (a slow GCS shows here first)
         self.lock = threading.Lock()
         self.reads = 0
 
     def get(self, max_age: float) -> Any:
+        return self.numbered(max_age)[0]
+
+    def numbered(self, max_age: float) -> tuple[Any, int]:
+        """The copy and which read gave it (one snapshot: never a copy paired with another read's number)."""
+        snap = self.snapshot
         if time.monotonic() - self.at < max_age:
-            return self.value
+            return snap
         with self.lock:
             if time.monotonic() - self.at < max_age:  # another caller read it while we waited
-                return self.value
+                return self.snapshot
             t0 = time.monotonic()
             value = self.read()
-            self.value, self.at, self.took, self.reads = value, time.monotonic(), time.monotonic() - t0, self.reads + 1
-            return value
+            self.took, self.reads = time.monotonic() - t0, self.reads + 1
+            self.snapshot, self.at = (value, self.reads), time.monotonic()
+            return self.snapshot
 
 
 class ClusterView:
@@ -102,6 +108,11 @@ class ClusterView:
     def nodes(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:
         """The live nodes (``ray.nodes()`` entries by node id). Do not modify the result: it is shared."""
         return self._get("nodes", max_age)
+
+    def numbered(self, kind: str, max_age: float | None = None) -> tuple[Any, int]:
+        """``kind``'s copy and the number of the read that gave it (a copy's identity: what was computed
+        from read ``n`` need not be computed again)."""
+        return self._state[kind].numbered(max(REFRESH_S, max_age if max_age is not None else REFRESH_S))
 
     def available(self, max_age: float | None = None) -> dict[str, dict[str, float]]:
         """Each live node's available resources (``available_resources_per_node()``). Shared: do not modify."""
