@@ -782,6 +782,8 @@ class RaySliceProvider(SliceProvider):
         until the nodes have the resources of the groups it released back, so a job that grows sees the
         slices it held as free instead of taking fewer."""
         pending, self._released = self._released, set()
+        if pending:  # the shared copy may predate the release: this job's next view must show it
+            ClusterView.shared().invalidate("available")
         end = time.monotonic() + RELEASE_TIMEOUT
         while pending:
             # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``

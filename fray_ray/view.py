@@ -126,6 +126,11 @@ class ClusterView:
         except Exception:
             return {}
 
+    def invalidate(self, kind: str) -> None:
+        """The next caller reads ``kind`` afresh: this process changed it and knows the copy is stale (a job
+        that released its slices and claims again; rare, so not a way around the one-read-a-second rule)."""
+        self._state[kind].at = float("-inf")
+
     def age(self, kind: str) -> float:
         """Seconds since ``kind`` (``nodes``, ``available``, ``draining``) was last read (inf: never)."""
         return time.monotonic() - self._state[kind].at
