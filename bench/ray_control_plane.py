@@ -160,6 +160,15 @@ def _memory(pid: int) -> tuple[float, float]:
     return pss, private
 
 
+def _threads(pid: int) -> int:
+    """The process's thread count (``/proc/<pid>/status``); 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 class Head:
     """The processes of the emulated cluster's GCS and head node (all on this machine, children of this one)."""
 
@@ -197,23 +206,24 @@ _STAT = re.compile(r"^\s*(\S+\.grpc_server\.(\w+)) - (\d+) total")
 
 
 def gcs_rpc_counts(log_path: str) -> dict[str, int]:
-    """The GCS's cumulative count of each RPC it served (its last event-stats print in ``gcs_server.out``)."""
+    """The GCS's cumulative count of each RPC it served, by method: the ``<Service>.grpc_server.<Method> - N
+    total`` lines of its last complete print in ``gcs_server.out``. A print (``Gcs Debug state:``) holds one
+    ``Event stats:`` block per io_context and the RPC handlers are counted in the main service's, the first:
+    reading only the file's last block (another io_context's) found none."""
     try:
         with open(log_path, errors="replace") as f:
             text = f.read()
     except OSError:
         return {}
-    start = text.rfind("Event stats:")
-    if start < 0:
-        return {}
-    out: dict[str, int] = {}
-    for line in text[start:].splitlines()[1:]:
-        m = _STAT.match(line)
-        if m:
-            out[m.group(2)] = int(m.group(3))
-        elif line.startswith("[") and out:
-            break  # the next log record
-    return out
+    for chunk in reversed(text.split("Gcs Debug state:")[1:]):  # the last print may still be being written
+        out: dict[str, int] = {}
+        for line in chunk.splitlines():
+            m = _STAT.match(line)
+            if m:
+                out[m.group(2)] = out.get(m.group(2), 0) + int(m.group(3))
+        if out:
+            return out
+    return {}
 
 
 # ------------------------------------------------------------------------------------------- phantom nodes
@@ -506,6 +516,7 @@ class Bench:
             grown_pss = sum(after[p][0] - before[p][0] for p in after if p in before)
             grown_priv = sum(after[p][1] - before[p][1] for p in after if p in before)
             sup = [v for v in new.values() if "JobSupervisor" in v[2]]
+            sup_threads = [_threads(p) for p, v in new.items() if "JobSupervisor" in v[2]]
             rest = [v for v in new.values() if "JobSupervisor" not in v[2]]
             out[who] = {
                 "pss": (sum(v[0] for v in new.values()) + grown_pss) / count,
@@ -515,6 +526,7 @@ class Bench:
                 "rest_pss": sum(v[0] for v in rest) / count,
                 "grown_pss": grown_pss / count,
                 "processes": len(new) / count,
+                "supervisor_threads": statistics.median(sup_threads) if sup_threads else 0,
             }
             if who == "fray":
                 self.fray_stop(ids)
@@ -603,13 +615,14 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
         print(f"\nHead memory per concurrent job ({mem['count']} concurrent each; MB)")
         print(
             f"{'':<22} {'PSS':>8} {'private':>8} {'supervisor PSS':>15} {'supervisor private':>19} "
-            f"{'rest PSS':>9} {'processes':>10}"
+            f"{'rest PSS':>9} {'processes':>10} {'supervisor threads':>19}"
         )
         for who, label in (("fray", "Fray"), ("ray", "Ray job submission")):
             m = mem[who]
             print(
                 f"{label:<22} {m['pss']:>8.1f} {m['private']:>8.1f} {m['supervisor_pss']:>15.1f} "
-                f"{m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f}"
+                f"{m['supervisor_private']:>19.1f} {m['rest_pss']:>9.1f} {m['processes']:>10.1f} "
+                f"{m.get('supervisor_threads', 0):>19.0f}"
             )
         print(f"ratio Fray / Ray job submission (PSS per job): {mem['fray']['pss'] / max(0.1, mem['ray']['pss']):.2f}")
     if tp:

@@ -39,6 +39,7 @@ from fray_ray._host import gce_preempted
 from fray_ray.code import code_runtime_env, upload_code
 from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
+from fray_ray.scheduler import ACTOR_RESOURCE
 from fray_ray.supervisor import (
     STANDBY_IDLE_TIMEOUT,
     WAIT_GROUP,
@@ -72,6 +73,9 @@ WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 # Not settable in .options(): the concurrency groups. No task events: a supervisor's calls (a log batch from
 # every host several times a second, each client's waits) would fill Ray's task-event buffers and its
 # dashboard with Fray's own traffic.
+# Threads of a supervisor actor's default group (its hosts' reports and log batches, stop, ping): each call
+# returns at once, so a few serve thousands of hosts; 64 made each supervisor ~107 threads (issue 29).
+SUPERVISOR_THREADS = 8
 _Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
 
 
@@ -319,9 +323,10 @@ class RayCluster(RecordCluster):
             namespace=self.namespace,
             lifetime="detached",
             num_cpus=0,
-            max_concurrency=64,
+            max_concurrency=SUPERVISOR_THREADS,
             max_restarts=0,
-            resources={self.non_preemptible_resource: 0.001},
+            # Ray's smallest amount: 0.001 made the 1,001st concurrent job wait PENDING with no reason (issue 29)
+            resources={self.non_preemptible_resource: ACTOR_RESOURCE},
         )
 
     def _hand_over(
@@ -443,7 +448,7 @@ class RayCluster(RecordCluster):
         except Exception:
             return  # KV unavailable (Ray client mode): the supervisor's own start-up check decides
         self.store.write(info, owner=self._owner(""))
-        ref = _probe_store.options(resources={self.non_preemptible_resource: 0.001}).remote(
+        ref = _probe_store.options(resources={self.non_preemptible_resource: ACTOR_RESOURCE}).remote(
             self.store.root, str(info.job_id)
         )
         try:

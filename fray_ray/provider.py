@@ -45,7 +45,7 @@ import attrs
 import cloudpickle
 import ray
 import ray.exceptions as rex
-from ray._private.state import available_resources_per_node, total_resources_per_node
+from ray._private.state import total_resources_per_node
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
@@ -60,7 +60,6 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
-from fray_core.scheduling import pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
 from fray_ray._host import (
@@ -72,7 +71,8 @@ from fray_ray._host import (
     run_host,
     signal_host,
 )
-from fray_ray.scheduler import SchedulerClient, job_label, missing_slices
+from fray_ray.scheduler import SchedulerBehind, SchedulerClient, job_label
+from fray_ray.view import ClusterView
 
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
 
@@ -102,11 +102,13 @@ POD_TYPE_LABEL = "ray.io/tpu-pod-type"
 TOPOLOGY_LABEL = "ray.io/tpu-topology"
 INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
-HEALTH_INTERVAL = 0.5  # seconds between checks of the leases' placement groups and nodes
+HEALTH_INTERVAL = 1.0  # seconds between checks of the leases' placement groups (and of the shared view: view.py)
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
 RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to have its released resources back
 TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
 TRANSIT_STEP = 0.05
+ADMIT_WAIT_MIN = 0.05  # seconds an acquire round waits for the scheduler's answer at least (past its deadline)
+SLOW_READ_S = 2.0  # a read of the node table this slow is named in the pending reason
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
 _HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placement group (see _acquire_tpu)
 _HEAD_RESOURCE = re.compile(r"^TPU-(.+)-head$")
@@ -253,6 +255,7 @@ class _View:
     nodes: dict[str, dict[str, Any]]
     slices: dict[str, TpuSlice] = attrs.field(factory=dict)  # the alive ones, by name
     mismatched: list[str] = attrs.field(factory=list)  # slices of the type with another topology (label)
+    token: tuple[int, int] = (0, 0)  # which reads of the shared cluster view it was made from
 
 
 @attrs.define(eq=False)
@@ -264,8 +267,25 @@ class _Task:
     stopping: bool = False  # sent SIGTERM by a graceful cancel: however it ends, it was cancelled
 
 
-def _node_table() -> dict[str, dict[str, Any]]:
-    return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+def _node_table(fresh: bool = False) -> dict[str, dict[str, Any]]:
+    """The live node table: the process's shared copy (at most ``REFRESH_S`` old, see ``fray_ray.view``), or
+    with ``fresh`` a read of its own (a node that joined since the copy was taken: rare)."""
+    if fresh:
+        return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+    return ClusterView.shared().nodes()
+
+
+_discovery: tuple[int, dict[str, TpuSlice]] = (-1, {})  # the slices of the shared node table's last read
+
+
+def _discovered(read: int, nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
+    """``discover_slices(nodes)``, once per read of the shared node table (``read``: its number): at 16,000
+    nodes the scan is tens of ms of CPU, and every job of the process would do it every round."""
+    global _discovery
+    done = _discovery
+    if done[0] != read:
+        done = _discovery = (read, discover_slices(nodes))
+    return done[1]
 
 
 def _bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
@@ -325,6 +345,7 @@ class RaySliceProvider(SliceProvider):
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
         self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
         self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
+        self._last_answer: tuple[Any, Unschedulable] | None = None  # the scheduler's last "wait", by view read
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -352,13 +373,14 @@ class RaySliceProvider(SliceProvider):
         Ray's own state (see :class:`_View`); ``holders=False``: not who holds the busy ones."""
         spec = get_tpu_spec(tpu_type)
         topology = topology or spec.topology
-        nodes = _node_table()
+        shared = ClusterView.shared()
+        nodes, nodes_read = shared.numbered("nodes")
         every_host = {str(h) for h in range(spec.hosts)}
         heads = {}
         incomplete = []
         slices: dict[str, TpuSlice] = {}
         mismatched = []
-        for name, s in discover_slices(nodes).items():
+        for name, s in _discovered(nodes_read, nodes).items():
             if s.pod_type != spec.name:
                 continue
             if s.topology is not None and s.topology != topology:
@@ -376,7 +398,7 @@ class RaySliceProvider(SliceProvider):
                 heads[s.head] = name
                 slices[name] = s
         incomplete.sort()
-        avail = available_resources_per_node()
+        avail, avail_read = shared.numbered("available")
         free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
         held: dict[str, str] = {}
         if holders:
@@ -392,7 +414,8 @@ class RaySliceProvider(SliceProvider):
                         if job:
                             held[name] = job
                             break
-        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched))
+        token = (nodes_read, avail_read)
+        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched), token)
 
     def _group_job(self, group_id: str) -> str:
         """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
@@ -418,14 +441,16 @@ class RaySliceProvider(SliceProvider):
         holders: dict[str, str],
         incomplete: list[str],
         members: dict[str, list[str]] | None = None,
+        deadline: float = 0.0,
     ) -> tuple[int, list[str]] | Unschedulable:
-        """Ask the scheduler (or, without one, the same rule on this job's own view): the count to claim
-        now and the slices not to take, or why the job waits. ``members``: each slice's node ids (its
-        hardware, which quarantine is keyed by)."""
-        answer = self.scheduler.call(
+        """Ask the scheduler: the count to claim now and the slices not to take, or why the job waits (a
+        scheduler that has not answered by ``deadline`` included: :class:`SchedulerBehind`). ``members``: each
+        slice's node ids (its hardware, which quarantine is keyed by)."""
+        pool = self._pool(spec_name, label)
+        answer = self.scheduler.ask(
             "acquire",
             self.job_id,
-            self._pool(spec_name, label),
+            pool,
             spec_name,
             list(counts),
             alive,
@@ -435,29 +460,29 @@ class RaySliceProvider(SliceProvider):
             incomplete,
             self.submitted_at,
             members,
+            timeout=max(ADMIT_WAIT_MIN, deadline - time.monotonic()),
+            key=(pool, tuple(counts)),
         )
         message = (
             f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, "
             f"{len(alive) - len(free)} busy"
         )
-        if answer is None:  # no scheduler answered: no queue this round, capacity decides
-            fitting = [c for c in counts if c <= len(free)]
-            if fitting:
-                return fitting[0], []
-            held, reason = pending_reason(
-                spec_name,
-                min(counts),
-                up=len(alive),
-                free=len(free),
-                busy=len(alive) - len(free),
-                holders=holders.values(),
-                missing=missing_slices(len(alive), self._max_slices_seen.get(spec_name, 0), incomplete),
-                where="cluster",
-            )
-            return Unschedulable(message, held=held, reason=reason)
+        if isinstance(answer, SchedulerBehind):
+            # The queue is the only admission there is: a job never takes slices on capacity alone because
+            # the scheduler is slow (first come, first served would be lost without a word). It waits, held
+            # (no attempt, no budget spent), and says why.
+            waiting = Unschedulable(f"{message}; {answer.reason()}", held=True, reason=answer.reason() + self._slow())
+            waiting.behind = True  # ask again next round (the call in flight), whatever the view
+            return waiting
         if "count" in answer:
             return answer["count"], answer["exclude"]
-        return Unschedulable(message, held=answer["held"], reason=answer["reason"])
+        return Unschedulable(message, held=answer["held"], reason=answer["reason"] + self._slow())
+
+    @staticmethod
+    def _slow() -> str:
+        """What a pending reason adds when reading the cluster's state is slow (the GCS is behind)."""
+        took = ClusterView.shared().read_seconds("nodes")
+        return f"; the cluster's state took {took:.1f} s to read (the GCS is slow)" if took >= SLOW_READ_S else ""
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of ``tpu_type`` this job could take now (with the label its request needs, not
@@ -496,12 +521,20 @@ class RaySliceProvider(SliceProvider):
                     "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                     permanent=True,
                 )
-            admitted = self._admit(spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view))
+            last = self._last_answer
+            if last is not None and last[0] == (view.token, tuple(counts)):
+                admitted = last[1]  # the scheduler saw this very view: its answer stands (no call, no GCS read)
+            else:
+                admitted = self._admit(
+                    spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view), deadline
+                )
+                if isinstance(admitted, Unschedulable) and not getattr(admitted, "behind", False):
+                    self._last_answer = ((view.token, tuple(counts)), admitted)
             if not isinstance(admitted, Unschedulable):
                 break
             if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
                 self._sleep_until(deadline)
-                raise admitted
+                raise admitted.with_traceback(None)  # reused across rounds: no growing traceback
             time.sleep(TRANSIT_STEP)
         count, exclude = admitted
         if any(not view.slices[n].labelled for n in free):
@@ -543,7 +576,7 @@ class RaySliceProvider(SliceProvider):
         def node(nid: str) -> dict[str, Any]:
             nonlocal nodes
             if nid not in nodes:  # joined since (a restored slice): look once more
-                nodes = _node_table()
+                nodes = _node_table(fresh=True)
             return nodes.get(nid, {})
 
         spec = get_tpu_spec(tpu_type)
@@ -659,7 +692,7 @@ class RaySliceProvider(SliceProvider):
             bundle_nodes = _bundle_nodes(pg)
             hosts = tuple(bundle_nodes.get(h, "") for h in range(spec.hosts))
             if any(h not in nodes for h in hosts):
-                nodes = _node_table()
+                nodes = _node_table(fresh=True)
             addrs = tuple(nodes.get(h, {}).get("NodeManagerAddress", "") for h in hosts)
             res = _Reservation([pg], nodes=frozenset(hosts), host_nodes=hosts, tpu_per_host=bundles[0]["TPU"])
             leases.append(
@@ -682,13 +715,15 @@ class RaySliceProvider(SliceProvider):
                 self._pending_gang = (key, pg)
             pg = self._pending_gang[1]
         if not self._ready([pg], deadline):
-            avail = ray.available_resources()
-            have = ", ".join(f"{k} {avail.get(k, 0):g}" for k in bundle)
+            per_node = ClusterView.shared().available().values()  # shared: one read a second per process
+            have = ", ".join(f"{k} {sum(r.get(k, 0.0) for r in per_node):g}" for k in bundle)
             raise Unschedulable(f"asked: {n} x {bundle}; cluster has free: {have}")
         with self._lock:
             self._pending_gang = None
         nodes = _node_table()
         bn = _bundle_nodes(pg)
+        if any(nid not in nodes for nid in bn.values()):
+            nodes = _node_table(fresh=True)
         addrs = tuple(nodes.get(bn.get(i, ""), {}).get("NodeManagerAddress", "") for i in range(n))
         kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
         return SliceLease(
@@ -747,6 +782,8 @@ class RaySliceProvider(SliceProvider):
         until the nodes have the resources of the groups it released back, so a job that grows sees the
         slices it held as free instead of taking fewer."""
         pending, self._released = self._released, set()
+        if pending:  # the shared copy may predate the release: this job's next view must show it
+            ClusterView.shared().invalidate("available")
         end = time.monotonic() + RELEASE_TIMEOUT
         while pending:
             # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``
@@ -870,7 +907,7 @@ class RaySliceProvider(SliceProvider):
         if now - self._last_health >= HEALTH_INTERVAL:
             self._last_health = now
             self._check_health([lease for lease in leases if lease.handle is not None])
-        draining = _draining_nodes() if any(lease.handle is not None for lease in leases) else {}
+        draining = ClusterView.shared().draining() if any(lease.handle is not None for lease in leases) else {}
         out = []
         for lease in leases:
             res = lease.handle[0] if lease.handle is not None else None
@@ -986,28 +1023,31 @@ class RaySliceProvider(SliceProvider):
 
     @staticmethod
     def _check_health(leases: Any) -> None:
-        """Mark leases whose placement group left CREATED or whose node died (Ray's own state, no text)."""
-        todo = [
-            lease
-            for lease in leases
-            if lease.handle is not None and lease.handle[0].lost is None and not lease.handle[0].removed
-        ]
-        if not todo:
-            return
-        alive = set(_node_table())
-        for lease in todo:
-            res: _Reservation = lease.handle[0]
-            dead = sorted(res.nodes - alive)
-            if dead:
-                res.lost = f"{_lease_name(lease)}: node(s) {', '.join(d[:12] for d in dead)} reported dead by Ray"
+        """Mark leases whose placement group left CREATED (Ray's own state, no text).
+
+        One lookup by id per lease, of the group holding every host (the first: a slice's head group sits
+        on worker 0, a node of the host group too): the GCS moves a group to RESCHEDULING as soon as it
+        marks a node of it dead, so this sees a lost node as early as the node table would, at a cost that
+        does not grow with the cluster (the node table's does: issue 29)."""
+        for lease in leases:
+            res: _Reservation | None = lease.handle[0] if lease.handle is not None else None
+            if res is None or res.lost is not None or res.removed or not res.groups:
                 continue
-            for pg in res.groups:
-                state = placement_group_table(pg).get("state")
-                if state != "CREATED":
-                    res.lost = (
-                        f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
-                    )
-                    break
+            pg = res.groups[0]
+            table = placement_group_table(pg)
+            state = table.get("state")
+            # Placed again elsewhere (a node died and the group was rescheduled onto a replacement between two
+            # checks) is as lost as RESCHEDULING: the hosts' tasks were on the dead node.
+            moved = sorted(set((table.get("bundles_to_node_id") or {}).values()) - res.nodes) if res.nodes else []
+            if res.removed:
+                continue  # released by this job meanwhile
+            if state != "CREATED":
+                res.lost = f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} is {state} (a node of it died)"
+            elif moved:
+                res.lost = (
+                    f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} was placed again on node(s) "
+                    f"{', '.join(m[:12] for m in moved)} (a node of it died)"
+                )
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
@@ -1109,17 +1149,6 @@ def _host_node(run: HostRun) -> str:
     """The node id (the hardware) the run's host was reserved on; ``""`` when not known."""
     nodes = run.lease.handle[0].host_nodes if run.lease.handle is not None else ()
     return nodes[run.host_index] if run.host_index < len(nodes) else ""
-
-
-def _draining_nodes() -> dict[str, int]:
-    """Node id (hex) -> drain deadline (ms since the epoch, 0: none) of the nodes Ray is draining."""
-    try:
-        gcs = ray._private.worker.global_worker.gcs_client
-        return {
-            (k.hex() if hasattr(k, "hex") else str(k)): int(v) for k, v in gcs.get_draining_nodes(timeout=5).items()
-        }
-    except Exception:
-        return {}  # cannot tell: no notice (a lost node is still seen through the node table)
 
 
 def _lease_name(lease: SliceLease) -> str:

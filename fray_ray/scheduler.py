@@ -20,19 +20,44 @@ order calls arrive, and none blocks (no lock needed).
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import ray
 import ray.exceptions as rex
 
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 
-__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerClient", "job_label", "missing_slices"]
+__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerBehind", "SchedulerClient", "job_label", "missing_slices"]
 
 SCHEDULER_NAME = "fray-scheduler"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
+# The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
+# caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
+ACTOR_RESOURCE = 0.0001
+
+
+@attrs.frozen
+class SchedulerBehind:
+    """The scheduler has not answered this job's request yet (:meth:`SchedulerClient.ask`): it is behind
+    (or starting). ``waited``: seconds since the request was sent; ``error``: why it could not be reached
+    (``""``: it was reached and has not answered)."""
+
+    waited: float
+    error: str = ""
+
+    def reason(self) -> str:
+        """The job's ``pending_reason`` while it waits for the answer."""
+        if self.error:
+            return f"waiting for the cluster's scheduler ({SCHEDULER_NAME}): it could not be reached ({self.error})"
+        return (
+            f"waiting for the cluster's scheduler ({SCHEDULER_NAME}): no answer to this job's request for "
+            f"{self.waited:.0f} s (it is behind); the job keeps its place"
+        )
+
 
 _JOB_ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{6}$")
 
@@ -208,6 +233,8 @@ class SchedulerClient:
         self.resource = resource
         self.quarantine = quarantine
         self._actor: Any = None
+        self._asked: dict[str, tuple[Any, float, Any]] = {}  # method -> (its call in flight, sent at, key)
+        self._ask_lock = threading.Lock()
 
     def _connect(self) -> Any:
         return _SchedulerActor.options(
@@ -217,7 +244,7 @@ class SchedulerClient:
             get_if_exists=True,
             num_cpus=0,
             max_restarts=0,
-            resources={self.resource: 0.001},  # with the supervisors, on a non-preemptible node
+            resources={self.resource: ACTOR_RESOURCE},  # with the supervisors, on a non-preemptible node
         ).remote(*self.quarantine)
 
     def call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
@@ -231,6 +258,45 @@ class SchedulerClient:
             except rex.GetTimeoutError:
                 return None
         return None
+
+    def ask(self, method: str, *args: Any, timeout: float, key: Any = None) -> Any:
+        """Like :meth:`call`, with back-pressure: at most one call of ``method`` in flight. Waits up to
+        ``timeout`` seconds; an answer not there by then is :class:`SchedulerBehind` (never a silent
+        default) and the call stays in flight: the next ``ask`` waits for the same call instead of queueing
+        another behind it. ``key``: what the answer depends on besides the cluster's state; an answer to a
+        call made with another key is dropped (and a fresh call made).
+
+        >>> SchedulerBehind(12.0).reason().startswith("waiting for the cluster's scheduler")
+        True
+        """
+        with self._ask_lock:
+            end = time.monotonic() + max(0.0, timeout)
+            for _ in range(3):  # a stale answer dropped, then once more with a fresh actor if it died
+                flight = self._asked.get(method)
+                if flight is None:
+                    try:
+                        if self._actor is None:
+                            self._actor = self._connect()
+                        flight = (getattr(self._actor, method).remote(*args), time.monotonic(), key)
+                    except Exception as e:  # e.g. a name race with another supervisor creating it
+                        self._actor = None
+                        return SchedulerBehind(0.0, error=f"{type(e).__name__}: {e}")
+                    self._asked[method] = flight
+                ref, sent, made_for = flight
+                ready, _ = ray.wait([ref], timeout=max(0.0, end - time.monotonic()), fetch_local=True)
+                if not ready:
+                    return SchedulerBehind(time.monotonic() - sent)
+                del self._asked[method]
+                try:
+                    answer = ray.get(ref, timeout=CALL_TIMEOUT)
+                except (rex.RayActorError, rex.ActorUnavailableError, ValueError):
+                    self._actor = None  # dead: reconnect (a fresh actor is created if none exists)
+                    continue
+                except rex.GetTimeoutError:
+                    return SchedulerBehind(time.monotonic() - sent)
+                if made_for == key:
+                    return answer
+            return SchedulerBehind(0.0, error="it died twice while answering")
 
     def notify(self, method: str, *args: Any) -> None:
         """Send a call and go on without its answer (``claimed``: nothing waits for it, and the job's next

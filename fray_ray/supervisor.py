@@ -51,7 +51,7 @@ __all__ = ["JobSupervisor", "WAIT_GROUP", "WAIT_THREADS", "supervisor_name"]
 
 STANDBY_IDLE_TIMEOUT = 600.0  # seconds a warm supervisor waits for a job before it removes itself
 WAIT_GROUP = "wait"  # the actor's concurrency group of ``wait_ended`` calls
-WAIT_THREADS = 16  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
+WAIT_THREADS = 4  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
 MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
 WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits for it before going on
 SUPERVISOR_PREFIX = "fray-supervisor-"

@@ -312,3 +312,40 @@ def test_a_slice_without_tpu_labels_is_found_from_its_resources_and_runs_the_job
     finally:
         fake.preempt(bare, restore_after=None)
         fake.wait_settled()
+
+
+def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice() -> None:
+    """Free slices and a scheduler that has not answered yet: the job waits, held (no budget spent), with the
+    reason in its pending_reason; it never falls back to capacity-only admission (first come, first served
+    would be lost without a word)."""
+    from fray_ray._host import HostConfig
+    from fray_ray.provider import RaySliceProvider
+    from fray_ray.scheduler import SchedulerBehind, SchedulerClient
+
+    class Behind(SchedulerClient):
+        def ask(self, method: str, *args: Any, timeout: float, key: Any = None) -> Any:
+            return SchedulerBehind(42.0)
+
+        def call(self, method: str, *args: Any, timeout: float = 0.0) -> Any:
+            return None  # what a scheduler that does not answer looks like to the plain call
+
+    provider = RaySliceProvider("queued-1", HostConfig((), "/", supervisor=None), scheduler=Behind("fray"))
+    got = provider._admit(TPU, TPU, [1], {}, ["s0", "s1"], ["s0", "s1"], {}, [], None, time.monotonic() + 0.1)
+    assert not isinstance(got, tuple), f"admitted on capacity alone: {got}"
+    assert got.held and "no answer to this job's request for 42 s (it is behind)" in (got.reason or ""), got.reason
+
+
+def test_the_cluster_view_is_read_once_for_every_job_of_the_process() -> None:
+    """Many jobs of one process asking at once cost the GCS one read per REFRESH_S, not one each."""
+    import threading
+
+    from fray_ray.view import REFRESH_S, _Cached
+
+    reads = []
+    cached = _Cached(lambda: reads.append(1) or {"n": {}}, {})
+    threads = [threading.Thread(target=cached.get, args=(REFRESH_S,)) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(reads) == 1 and cached.get(REFRESH_S) == {"n": {}} and len(reads) == 1

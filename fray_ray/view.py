@@ -1,0 +1,144 @@
+"""One view of the Ray cluster's state per process, shared by every job the process runs or watches.
+
+Reading the cluster's state costs the GCS in proportion to the cluster, not to the caller: one ``ray.nodes()``
+is ~5 ms of GCS CPU at 1,000 nodes and ~150 ms at 16,000 (bench/NOTES.md, issue 29). So no job reads it on
+its own schedule: each kind of state (the live node table, the resources available per node, the nodes Ray
+drains) is read at most once per :data:`REFRESH_S` per process, by the first caller that finds its copy
+older than that, and every other caller of the process gets the same copy (a caller that comes during a
+read waits for it rather than starting another). Nothing is read while no job asks: a running job needs
+only the draining nodes (a cheap call whatever the cluster's size; its leases' health comes from its own
+placement groups, looked up by id), a queued job the node table and the available resources.
+
+There is no thread to leak: a read happens in the caller's thread.
+
+>>> view = ClusterView.shared()
+>>> view is ClusterView.shared()
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import ray
+
+__all__ = ["REFRESH_S", "ClusterView"]
+
+REFRESH_S = 1.0  # seconds a copy of the cluster's state is served before it is read again
+
+
+def _read_nodes() -> dict[str, dict[str, Any]]:
+    return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+
+
+def _read_available() -> dict[str, dict[str, float]]:
+    from ray._private.state import available_resources_per_node
+
+    return available_resources_per_node()
+
+
+def _read_draining() -> dict[str, int]:
+    gcs = ray._private.worker.global_worker.gcs_client
+    return {(k.hex() if hasattr(k, "hex") else str(k)): int(v) for k, v in gcs.get_draining_nodes(timeout=5).items()}
+
+
+class _Cached:
+    """One kind of state: the last copy, when it was read, and the lock one reader holds."""
+
+    def __init__(self, read: Callable[[], Any], empty: Any) -> None:
+        self.read = read
+        self.snapshot: tuple[Any, int] = (empty, 0)  # the copy and the number of the read that gave it
+        self.at = float("-inf")  # time.monotonic() of the read that gave ``value``
+        self.took = 0.0  # seconds that read took (a slow GCS shows here first)
+        self.lock = threading.Lock()
+        self.reads = 0
+
+    def get(self, max_age: float) -> Any:
+        return self.numbered(max_age)[0]
+
+    def numbered(self, max_age: float) -> tuple[Any, int]:
+        """The copy and which read gave it (one snapshot: never a copy paired with another read's number)."""
+        snap = self.snapshot
+        if time.monotonic() - self.at < max_age:
+            return snap
+        with self.lock:
+            if time.monotonic() - self.at < max_age:  # another caller read it while we waited
+                return self.snapshot
+            t0 = time.monotonic()
+            value = self.read()
+            self.took, self.reads = time.monotonic() - t0, self.reads + 1
+            self.snapshot, self.at = (value, self.reads), time.monotonic()
+            return self.snapshot
+
+
+class ClusterView:
+    """The process's shared copy of the cluster's state (see the module doc). ``max_age`` of a call: the
+    oldest copy it accepts (default :data:`REFRESH_S`; less is never served: one read per second per
+    process is the point).
+
+    >>> v = ClusterView.shared()
+    >>> isinstance(v.age("nodes"), float)
+    True
+    """
+
+    _instance: ClassVar[ClusterView | None] = None
+    _instance_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._state = {
+            "nodes": _Cached(_read_nodes, {}),
+            "available": _Cached(_read_available, {}),
+            "draining": _Cached(_read_draining, {}),
+        }
+
+    @classmethod
+    def shared(cls) -> ClusterView:
+        """The process's view (made on first use)."""
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def _get(self, kind: str, max_age: float | None) -> Any:
+        return self._state[kind].get(max(REFRESH_S, max_age if max_age is not None else REFRESH_S))
+
+    def nodes(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:
+        """The live nodes (``ray.nodes()`` entries by node id). Do not modify the result: it is shared."""
+        return self._get("nodes", max_age)
+
+    def numbered(self, kind: str, max_age: float | None = None) -> tuple[Any, int]:
+        """``kind``'s copy and the number of the read that gave it (a copy's identity: what was computed
+        from read ``n`` need not be computed again)."""
+        return self._state[kind].numbered(max(REFRESH_S, max_age if max_age is not None else REFRESH_S))
+
+    def available(self, max_age: float | None = None) -> dict[str, dict[str, float]]:
+        """Each live node's available resources (``available_resources_per_node()``). Shared: do not modify."""
+        return self._get("available", max_age)
+
+    def draining(self, max_age: float | None = None) -> dict[str, int]:
+        """Node id -> drain deadline (ms since the epoch, 0: none) of the nodes Ray drains; ``{}`` when the
+        GCS cannot say (no notice then: a lost node still shows in its placement groups)."""
+        try:
+            return self._get("draining", max_age)
+        except Exception:
+            return {}
+
+    def invalidate(self, kind: str) -> None:
+        """The next caller reads ``kind`` afresh: this process changed it and knows the copy is stale (a job
+        that released its slices and claims again; rare, so not a way around the one-read-a-second rule)."""
+        self._state[kind].at = float("-inf")
+
+    def age(self, kind: str) -> float:
+        """Seconds since ``kind`` (``nodes``, ``available``, ``draining``) was last read (inf: never)."""
+        return time.monotonic() - self._state[kind].at
+
+    def read_seconds(self, kind: str) -> float:
+        """How long the last read of ``kind`` took: a GCS that falls behind shows here."""
+        return self._state[kind].took
+
+    def reads(self, kind: str) -> int:
+        """How many times ``kind`` was read from the GCS by this process (what the sharing saves shows here)."""
+        return self._state[kind].reads
