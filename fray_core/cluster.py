@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from fray_core.errors import FrayError, JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
 from fray_core.limits import check_seconds
-from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
+from fray_core.request import JobRequest
+from fray_core.status import Attempt, JobId, JobInfo, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
+    from fray_core.request import EnvironmentConfig, ResourceConfig
     from fray_core.session import Session
-    from fray_core.types import EnvironmentConfig, ResourceConfig
 
 __all__ = [
     "Cluster",

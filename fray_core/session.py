@@ -57,15 +57,8 @@ import attrs
 from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
 from fray_core.limits import check_name, check_seconds
-from fray_core.types import (
-    AttemptOutcome,
-    Entrypoint,
-    EnvironmentConfig,
-    JobInfo,
-    JobRequest,
-    JobStatus,
-    ResourceConfig,
-)
+from fray_core.request import Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
+from fray_core.status import AttemptOutcome, JobInfo, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster

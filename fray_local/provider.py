@@ -25,8 +25,8 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
+from fray_core.request import Entrypoint, ResourceConfig, TpuConfig
 from fray_core.signatures import device_fault
-from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 from fray_local._proc import STACKS, HostProcess, LogSink
 from fray_local.fleet import TpuFleet
 

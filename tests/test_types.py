@@ -216,6 +216,20 @@ def test_job_request_defaults_and_validation() -> None:
         JobRequest(name="x", entrypoint=work)  # type: ignore[arg-type]
 
 
+def test_request_and_status_modules_split_the_types_and_types_keeps_every_old_name() -> None:
+    """What a caller builds lives in ``fray_core.request``, what the cluster reports in ``fray_core.status``;
+    ``fray_core.types`` re-exports both, so every existing import keeps working."""
+    import fray_core.request
+    import fray_core.status
+    import fray_core.types
+
+    assert JobRequest.__module__ == "fray_core.request" and JobInfo.__module__ == "fray_core.status"
+    assert not set(fray_core.request.__all__) & set(fray_core.status.__all__)
+    for name in fray_core.types.__all__:
+        home = fray_core.request if name in fray_core.request.__all__ else fray_core.status
+        assert getattr(fray_core.types, name) is getattr(home, name), name
+
+
 def test_environment_env_vars_are_validated() -> None:
     env = create_environment(pip_packages=["optax"], env_vars={"WANDB_MODE": "offline"})
     assert env.pip_packages == ("optax",) and env.env_vars == {"WANDB_MODE": "offline"}

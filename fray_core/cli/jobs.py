@@ -42,11 +42,11 @@ from fray_core.cli.output import (
     safe,
     timestamp,
 )
-from fray_core.types import JobStatus
+from fray_core.status import JobStatus
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import JobInfo
+    from fray_core.status import JobInfo
 
 __all__ = ["add_parsers", "cmd_list", "cmd_logs", "cmd_prune", "cmd_rm", "cmd_status", "cmd_stop"]
 
@@ -389,7 +389,7 @@ def _chosen(cluster: Cluster, args: argparse.Namespace, what: str) -> list[JobIn
 def _poll_or_unknown(cluster: Cluster, job_id: str) -> JobInfo:
     """The job, or an UNKNOWN entry for one whose record cannot be read (so ``fray rm`` can clear it)."""
     from fray_core.errors import RecordError
-    from fray_core.types import JobId, JobInfo
+    from fray_core.status import JobId, JobInfo
 
     try:
         return cluster.poll(job_id)

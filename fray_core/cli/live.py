@@ -24,7 +24,7 @@ from fray_core.cluster import MONITOR_HEARTBEAT, MonitorView, describe_attempt, 
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import Attempt, JobInfo
+    from fray_core.status import Attempt, JobInfo
 
 __all__ = ["LiveView", "PlainView", "follow", "status_line"]
 
@@ -110,7 +110,7 @@ class PlainView(MonitorView):
 
     def progress(self, info: JobInfo) -> None:
         """:meth:`MonitorView.progress`, escaped: the final line quotes the job's error (its exception's message)."""
-        from fray_core.types import JobStatus
+        from fray_core.status import JobStatus
 
         line = progress_line(info)
         now = time.monotonic()

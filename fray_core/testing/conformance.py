@@ -54,9 +54,10 @@ from fray_core.cluster import Cluster
 from fray_core.errors import Unschedulable
 from fray_core.provider import HostOutcomeKind, HostRun, Outcome, SliceLease, SliceProvider
 from fray_core.records import pid_alive
+from fray_core.request import Entrypoint, JobRequest, ResourceConfig, TpuConfig, create_environment
 from fray_core.runner import slice_hosts
+from fray_core.status import JobStatus
 from fray_core.tpu import get_tpu_spec
-from fray_core.types import Entrypoint, JobRequest, JobStatus, ResourceConfig, TpuConfig, create_environment
 
 __all__ = [
     "ClusterConformance",
