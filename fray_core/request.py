@@ -27,6 +27,7 @@ from fray_core.limits import MAX_HOSTS_PER_JOB, MAX_REPLICAS, MAX_SECONDS, check
 from fray_core.tpu import TpuSpec, get_tpu_spec, normalize_tpu_type
 
 __all__ = [
+    "JOB_KINDS",
     "MAX_SIZE",
     "CpuConfig",
     "DeviceConfig",
@@ -41,6 +42,9 @@ __all__ = [
     "format_size",
     "parse_size",
 ]
+#: the values of ``JobRequest.kind``: a job, or a held session (see :mod:`fray_core.session`)
+JOB_KINDS = ("job", "session")
+
 # ---------------------------------------------------------------------------------------------- sizes
 
 _UNITS = {"": 1024**3, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
@@ -668,9 +672,18 @@ class JobRequest:
     heartbeat ``s`` seconds after the attempt's hosts were started (an init hang: spends the preemption
     budget). Before the hosts are stopped, the stacks of all their threads go to the job log.
 
+    ``kind``: ``"job"`` (the default: the entrypoint runs once per host and the job ends), or ``"session"``
+    for held slices (:meth:`Cluster.hold <fray_core.cluster.Cluster.hold>` sets it): every host runs a
+    persistent worker, a callable, that takes calls until the session is closed. The job's record and
+    ``JobInfo.kind`` say which; nothing else looks at the entrypoint to tell.
+
     >>> req = JobRequest(name="hello", entrypoint=Entrypoint(binary="echo", args=["hi"]))
-    >>> req.max_retries_preemption
-    100
+    >>> req.max_retries_preemption, req.kind
+    (100, 'job')
+    >>> JobRequest(name="hello", entrypoint=Entrypoint(binary="echo"), kind="sessions")
+    Traceback (most recent call last):
+    ...
+    ValueError: JobRequest.kind: expected 'job' or 'session', got 'sessions'
     """
 
     name: str = attrs.field()
@@ -682,6 +695,18 @@ class JobRequest:
     elastic: ElasticConfig | None = attrs.field(default=None)
     stall_timeout: float | None = attrs.field(default=None)
     startup_timeout: float | None = attrs.field(default=None)
+    kind: str = attrs.field(default="job")
+
+    @kind.validator
+    def _check_kind(self, _a: attrs.Attribute, value: Any) -> None:
+        if value not in JOB_KINDS:
+            raise ValueError(f"JobRequest.kind: expected 'job' or 'session', got {value!r}")
+        if value == "session" and self.entrypoint.callable is None:
+            # a session's hosts run its worker loop (a callable); a binary cannot take calls
+            raise ValueError(
+                f"JobRequest.kind: 'session' needs a callable entrypoint (the session's worker), got "
+                f"{self.entrypoint.describe()!r}"
+            )
 
     @stall_timeout.validator
     @startup_timeout.validator

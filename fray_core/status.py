@@ -479,7 +479,7 @@ def summarize_request(request: JobRequest) -> dict[str, Any]:
     elif isinstance(dev, GpuConfig):
         device.update(type=dev.type, count=dev.count)
     return {
-        "kind": "session" if getattr(request.entrypoint.callable, "fray_kind", None) == "session" else "job",
+        "kind": request.kind,
         "entrypoint": request.entrypoint.describe(),
         "cpu": res.cpu,
         "ram": str(res.ram),
