@@ -33,10 +33,9 @@ from fray_core.cluster import Cluster
 from fray_core.errors import JobNotFoundError, Unschedulable
 from fray_core.provider import HostOutcome, HostOutcomeKind, HostRun, HostSpec, SliceLease, SliceProvider
 from fray_core.records import new_job_id
-from fray_core.request import Entrypoint, JobRequest, ResourceConfig, TpuConfig
 from fray_core.runner import GangRunner, RetryPolicy
-from fray_core.status import JobId, JobInfo, JobStatus
 from fray_core.tpu import get_tpu_spec
+from fray_core.types import Entrypoint, JobId, JobInfo, JobRequest, JobStatus, ResourceConfig, TpuConfig
 
 # What a host process runs: load the entrypoint, run it, write ("ok", value) or ("error", text) atomically.
 HOST_CODE = """

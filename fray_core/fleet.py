@@ -64,6 +64,7 @@ __all__ = [
     "HostHealth",
     "PreemptSlice",
     "Slice",
+    "simulated_fleet",
 ]
 
 # ------------------------------------------------------------------------------------------ fault plan
@@ -1104,3 +1105,14 @@ class Fleet:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
         self.fault_plan = FaultPlan.chaos(seed, rate, **kw)
         return self.fault_plan
+
+
+def simulated_fleet(cluster: object) -> Fleet | None:
+    """The fleet model a cluster simulates its TPU slices on (a ``LocalCluster``'s ``fleet.model``), else
+    ``None`` (a cluster on real slices): what ``fray doctor``, ``fray launch`` and the dashboard show and check.
+
+    >>> simulated_fleet(object()) is None
+    True
+    """
+    model = getattr(getattr(cluster, "fleet", None), "model", None)
+    return model if model is not None and hasattr(model, "slices") else None

@@ -202,9 +202,11 @@ def check_fits(cluster: Cluster, request: JobRequest) -> None:
     it has none of) is a :class:`UsageError` naming what the fleet has, before anything is launched. Fleets
     that make slices on demand, and backends whose capacity is not known here, accept every request (the
     runner still reports a request that never fits as UNSCHEDULABLE)."""
+    from fray_core.fleet import simulated_fleet
+
     device = request.resources.device
-    fleet = getattr(cluster, "fleet", None)
-    if getattr(device, "kind", None) != "tpu" or fleet is None or getattr(fleet, "on_demand", True):
+    fleet = simulated_fleet(cluster)
+    if getattr(device, "kind", None) != "tpu" or fleet is None or fleet.on_demand:
         return
     replicas = request.resources.replicas
     need = min(replicas) if isinstance(replicas, (list, tuple)) else int(replicas)
