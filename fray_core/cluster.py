@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from fray_core.errors import FrayError, JobFailedError, ResultUnavailableError, UnknownBackendError, WaitTimeoutError
 from fray_core.limits import check_seconds
-from fray_core.types import Attempt, JobId, JobInfo, JobRequest, JobStatus
+from fray_core.request import JobRequest
+from fray_core.status import Attempt, JobId, JobInfo, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
+    from fray_core.request import EnvironmentConfig, ResourceConfig
     from fray_core.session import Session
-    from fray_core.types import EnvironmentConfig, ResourceConfig
 
 __all__ = [
     "Cluster",
@@ -294,7 +295,8 @@ class Cluster(abc.ABC):
 class MonitorView:
     """How :meth:`Cluster.monitor` shows a job: plain lines on ``out`` (log lines as they come, a line per
     attempt that ended, the progress line whenever it changes and every 30 s while the job waits).
-    Subclass it to show the job another way (the ``fray`` CLI draws a live status line on a terminal).
+    Subclass it to show the job another way (the ``fray`` CLI draws a live status line on a terminal), or
+    only to word its lines differently (:meth:`format_attempt`, :meth:`format_progress`).
 
     >>> info = cluster.monitor(job_id, view=MonitorView(sys.stderr))  # doctest: +SKIP
     """
@@ -308,13 +310,21 @@ class MonitorView:
         """A line of the job's output."""
         print(line, file=self.out, flush=True)
 
+    def format_attempt(self, attempt: Attempt) -> str:
+        """The line for an attempt that ended (:func:`describe_attempt`)."""
+        return describe_attempt(attempt)
+
+    def format_progress(self, info: JobInfo) -> str:
+        """The line for the job's state (:func:`describe_progress`)."""
+        return describe_progress(info)
+
     def attempt_ended(self, attempt: Attempt) -> None:
         """An attempt ended (called once per attempt)."""
-        print(f"[fray] {describe_attempt(attempt)}", file=self.out, flush=True)
+        print(f"[fray] {self.format_attempt(attempt)}", file=self.out, flush=True)
 
     def progress(self, info: JobInfo) -> None:
         """The job's state, a few times a second until it ends (the last call has the final state)."""
-        line = describe_progress(info)
+        line = self.format_progress(info)
         now = time.monotonic()
         if line != self._last:
             print(f"[fray] {line}", file=self.out, flush=True)

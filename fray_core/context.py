@@ -90,7 +90,7 @@ class JobContext(abc.ABC):
 
 
 class _ActorMethod:
-    def __init__(self, handle: ActorHandle, name: str) -> None:
+    def __init__(self, handle: _Actor, name: str) -> None:
         self._handle = handle
         self._name = name
 
@@ -100,17 +100,15 @@ class _ActorMethod:
     __call__ = remote
 
 
-class ActorHandle:
-    """A local actor: one instance, its calls serialised on one thread (as Ray runs actor calls)."""
+class _Actor:
+    """An actor in this process: ``handle.method.remote(...)`` returns a future; ``_call`` says how it runs."""
 
     def __init__(self, instance: Any, name: str | None) -> None:
         self._instance = instance
         self._name = name
-        self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fray-actor-{name or 'anon'}")
 
     def _call(self, method: str, args: tuple, kwargs: dict) -> cf.Future:
-        fn = getattr(self._instance, method)
-        return self._executor.submit(fn, *args, **kwargs)
+        raise NotImplementedError
 
     def __getattr__(self, item: str) -> _ActorMethod:
         if item.startswith("_"):
@@ -120,35 +118,60 @@ class ActorHandle:
         return _ActorMethod(self, item)
 
     def __repr__(self) -> str:
-        return f"ActorHandle({type(self._instance).__name__}, name={self._name!r})"
+        return f"{type(self).__name__}({type(self._instance).__name__}, name={self._name!r})"
 
 
-class LocalJobContext(JobContext):
-    """Threads in this process: tasks are small and share the job's process."""
+class ActorHandle(_Actor):
+    """A local actor: one instance, its calls serialised on one thread (as Ray runs actor calls)."""
 
-    _shared: LocalJobContext | None = None
-    _shared_lock = threading.Lock()
+    def __init__(self, instance: Any, name: str | None) -> None:
+        super().__init__(instance, name)
+        self._executor = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fray-actor-{name or 'anon'}")
 
-    def __init__(self, max_workers: int | None = None) -> None:
-        self._pool = cf.ThreadPoolExecutor(
-            max_workers=max_workers or max(4, (os.cpu_count() or 1) * 4), thread_name_prefix="fray-task"
-        )
-        self._actors: dict[str, ActorHandle] = {}
+    def _call(self, method: str, args: tuple, kwargs: dict) -> cf.Future:
+        fn = getattr(self._instance, method)
+        return self._executor.submit(fn, *args, **kwargs)
+
+
+def _done(fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
+    """A future already resolved with ``fn(*args, **kwargs)`` (or its exception), run in this thread."""
+    fut: cf.Future = cf.Future()
+    try:
+        fut.set_result(fn(*args, **kwargs))
+    except BaseException as e:  # noqa: BLE001 - re-raised by get(), as a thread or a Ray task would
+        if not isinstance(e, Exception):
+            raise
+        fut.set_exception(e)
+    return fut
+
+
+class SyncActorHandle(_Actor):
+    """An actor of :class:`SyncContext`: ``handle.method.remote(...)`` runs the method before it returns."""
+
+    def _call(self, method: str, args: tuple, kwargs: dict) -> cf.Future:
+        return _done(getattr(self._instance, method), args, kwargs)
+
+
+class _InProcessContext(JobContext):
+    """Tasks and actors in this process, as ``concurrent.futures`` futures: ``run``/``get``/``wait``/``put``
+    and the actor registry, written once; a subclass says how a task runs (:meth:`_submit`) and what an
+    actor is (``_actor_class``)."""
+
+    _actor_class: type[_Actor]
+
+    def __init__(self) -> None:
+        self._actors: dict[str, _Actor] = {}
         self._lock = threading.Lock()
 
-    @classmethod
-    def shared(cls) -> LocalJobContext:
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = LocalJobContext()
-            return cls._shared
+    def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
+        raise NotImplementedError
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> cf.Future:
         if not callable(fn):
             raise TypeError(f"run: expected a callable, got {fn!r}")
         args = tuple(self._resolve(a) for a in args)
         kwargs = {k: self._resolve(v) for k, v in kwargs.items()}
-        return self._pool.submit(fn, *args, **kwargs)
+        return self._submit(fn, args, kwargs)
 
     @staticmethod
     def _resolve(value: Any) -> Any:
@@ -204,7 +227,7 @@ class LocalJobContext(JobContext):
         get_if_exists: bool = False,
         preemptible: bool = True,
         **kwargs: Any,
-    ) -> ActorHandle:
+    ) -> Any:
         for marin_only in ("lifetime", "num_cpus"):  # accepted for marin's call sites; nothing to place here
             kwargs.pop(marin_only, None)
         with self._lock:
@@ -212,50 +235,41 @@ class LocalJobContext(JobContext):
                 if get_if_exists:
                     return self._actors[name]
                 raise ValueError(f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it")
-            handle = ActorHandle(cls(*args, **kwargs), name)
+            handle = self._actor_class(cls(*args, **kwargs), name)
             if name is not None:
                 self._actors[name] = handle
             return handle
+
+
+class LocalJobContext(_InProcessContext):
+    """Threads in this process: tasks are small and share the job's process."""
+
+    _actor_class = ActorHandle
+    _shared: LocalJobContext | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        super().__init__()
+        self._pool = cf.ThreadPoolExecutor(
+            max_workers=max_workers or max(4, (os.cpu_count() or 1) * 4), thread_name_prefix="fray-task"
+        )
+
+    @classmethod
+    def shared(cls) -> LocalJobContext:
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = LocalJobContext()
+            return cls._shared
+
+    def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
+        return self._pool.submit(fn, *args, **kwargs)
 
 
 #: ``ThreadContext`` is marin's name for the thread-pool context
 ThreadContext = LocalJobContext
 
 
-def _done(fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
-    """A future already resolved with ``fn(*args, **kwargs)`` (or its exception), run in this thread."""
-    fut: cf.Future = cf.Future()
-    try:
-        fut.set_result(fn(*args, **kwargs))
-    except BaseException as e:  # noqa: BLE001 - re-raised by get(), as a thread or a Ray task would
-        if not isinstance(e, Exception):
-            raise
-        fut.set_exception(e)
-    return fut
-
-
-class SyncActorHandle:
-    """An actor of :class:`SyncContext`: ``handle.method.remote(...)`` runs the method before it returns."""
-
-    def __init__(self, instance: Any, name: str | None) -> None:
-        self._instance = instance
-        self._name = name
-
-    def __getattr__(self, item: str) -> _ActorMethod:
-        if item.startswith("_"):
-            raise AttributeError(item)
-        if not callable(getattr(self._instance, item, None)):
-            raise AttributeError(f"actor of {type(self._instance).__name__} has no method {item!r}")
-        return _ActorMethod(self, item)  # type: ignore[arg-type]
-
-    def _call(self, method: str, args: tuple, kwargs: dict) -> cf.Future:
-        return _done(getattr(self._instance, method), args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"SyncActorHandle({type(self._instance).__name__}, name={self._name!r})"
-
-
-class SyncContext(JobContext):
+class SyncContext(_InProcessContext):
     """Everything in the calling thread, at once: ``run`` calls the function before it returns (a failure
     is raised by ``get``, as with the other contexts), ``wait`` never waits. Deterministic: what tests want.
 
@@ -265,51 +279,10 @@ class SyncContext(JobContext):
     (True, 1024)
     """
 
-    def __init__(self) -> None:
-        self._actors: dict[str, SyncActorHandle] = {}
+    _actor_class = SyncActorHandle
 
-    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> cf.Future:
-        if not callable(fn):
-            raise TypeError(f"run: expected a callable, got {fn!r}")
-        args = tuple(LocalJobContext._resolve(a) for a in args)
-        kwargs = {k: LocalJobContext._resolve(v) for k, v in kwargs.items()}
+    def _submit(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> cf.Future:
         return _done(fn, args, kwargs)
-
-    def get(self, futures: Any, timeout: float | None = None) -> Any:
-        if isinstance(futures, (list, tuple)):
-            return [self.get(f) for f in futures]
-        return futures.result() if isinstance(futures, cf.Future) else futures
-
-    def wait(
-        self, futures: Sequence[Any], num_returns: int = 1, timeout: float | None = None
-    ) -> tuple[list[Any], list[Any]]:
-        futures = list(futures)
-        if not 0 <= num_returns <= len(futures):
-            raise ValueError(f"wait: num_returns must be between 0 and {len(futures)}, got {num_returns}")
-        return futures[:num_returns], futures[num_returns:]
-
-    def put(self, obj: Any) -> cf.Future:
-        return _done(lambda: obj, (), {})
-
-    def create_actor(
-        self,
-        cls: type,
-        *args: Any,
-        name: str | None = None,
-        get_if_exists: bool = False,
-        preemptible: bool = True,
-        **kwargs: Any,
-    ) -> SyncActorHandle:
-        for marin_only in ("lifetime", "num_cpus"):  # accepted for marin's call sites; nothing to place here
-            kwargs.pop(marin_only, None)
-        if name is not None and name in self._actors:
-            if get_if_exists:
-                return self._actors[name]
-            raise ValueError(f"create_actor: an actor named {name!r} exists; pass get_if_exists=True to reuse it")
-        handle = SyncActorHandle(cls(*args, **kwargs), name)
-        if name is not None:
-            self._actors[name] = handle
-        return handle
 
 
 def _requests_accelerator(options: Mapping[str, Any]) -> bool:

@@ -67,8 +67,10 @@ def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[s
 def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
     """The cluster's simulated fleet: every slice, its state, who holds it (the fleet's lease, else a job
     whose running attempt holds it, from the records) and its quarantine; ``None`` without a fleet."""
-    fleet = getattr(cluster, "fleet", None)
-    if fleet is None or not hasattr(fleet, "slices"):
+    from fray_core.fleet import simulated_fleet
+
+    fleet = simulated_fleet(cluster)
+    if fleet is None:
         return None
     holders: dict[str, str] = {}
     for info in infos:
@@ -91,7 +93,7 @@ def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
                 "quarantine_note": sl.quarantine_note if quarantined else None,
             }
         )
-    return {"on_demand": bool(getattr(fleet, "on_demand", False)), "capacity": fleet.capacity(), "slices": slices}
+    return {"on_demand": bool(fleet.on_demand), "capacity": fleet.capacity(), "slices": slices}
 
 
 def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: float = 2.0) -> web.Application:

@@ -23,14 +23,8 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
-from fray_core.types import (
-    Entrypoint,
-    EnvironmentConfig,
-    JobId,
-    JobRequest,
-    ResourceConfig,
-    TpuConfig,
-)
+from fray_core.request import Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig, TpuConfig
+from fray_core.status import JobId
 
 __all__ = ["JobFunction", "job"]
 

@@ -64,6 +64,7 @@ __all__ = [
     "HostHealth",
     "PreemptSlice",
     "Slice",
+    "simulated_fleet",
 ]
 
 # ------------------------------------------------------------------------------------------ fault plan
@@ -341,7 +342,9 @@ class Fleet:
       not given.
     - ``on_demand``: slices are created when asked, so any request fits.
     - ``on_dirt(slice_name, host, dirty)``: called when a host becomes dirty or clean, for a driver that
-      keeps a real device lock (the local fleet's lockfile).
+      keeps a real device lock (the local fleet's lockfile); ``dirt_probe(slice_name, host)``: whether that
+      lock is left on a host the model thinks healthy (a process that died hard left it), so that
+      :meth:`host_health` and :meth:`clean` tell of it.
     - ``min_count``, ``name``: the smallest count ``capacity`` may give per type, and who to name in the
       error when it is smaller.
     - ``waiter_ttl``: how long a holder keeps its place in the queue without asking again.
@@ -369,6 +372,7 @@ class Fleet:
         on_demand: bool = False,
         fault_plan: FaultPlan | None = None,
         on_dirt: Callable[[str, int, bool], None] | None = None,
+        dirt_probe: Callable[[str, int], bool] | None = None,
         min_count: int = 1,
         name: str = "Fleet",
         waiter_ttl: float = 5.0,
@@ -393,6 +397,7 @@ class Fleet:
         self._fleet_name = name
         self.fault_plan = fault_plan or FaultPlan()
         self.on_dirt = on_dirt
+        self.dirt_probe = dirt_probe
         self.detection_delay = float(detection_delay)
         self.clean_hosts = clean_hosts
         self._occupied: dict[str, FleetLease] = {}  # slices another job holds (occupy)
@@ -934,8 +939,9 @@ class Fleet:
     def clean(self, slice_name: str, host: int) -> bool:
         """Remove a stale device lock; True if the host was dirty."""
         sl = self.slice(slice_name)
-        was = sl.health(host) is HostHealth.DIRTY
-        if was:
+        dirty = sl.health(host) is HostHealth.DIRTY
+        was = dirty or (self.dirt_probe is not None and self.dirt_probe(slice_name, host))
+        if dirty:
             self._set_health(slice_name, host, HostHealth.HEALTHY)
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
@@ -992,7 +998,12 @@ class Fleet:
             self._lift(sl, sl.quarantined_until)  # type: ignore[arg-type]
 
     def host_health(self, slice_name: str, host: int) -> HostHealth:
-        return self.slice(slice_name).health(host)
+        """``HEALTHY``, ``BROKEN`` (:meth:`break_host`) or ``DIRTY`` (:meth:`make_dirty`, or a stale device
+        lock the driver's ``dirt_probe`` found)."""
+        health = self.slice(slice_name).health(host)
+        if health is HostHealth.HEALTHY and self.dirt_probe is not None and self.dirt_probe(slice_name, host):
+            return HostHealth.DIRTY
+        return health
 
     # ------------------------------------------------------------------------------------ fault plan
 
@@ -1094,3 +1105,14 @@ class Fleet:
         """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
         self.fault_plan = FaultPlan.chaos(seed, rate, **kw)
         return self.fault_plan
+
+
+def simulated_fleet(cluster: object) -> Fleet | None:
+    """The fleet model a cluster simulates its TPU slices on (a ``LocalCluster``'s ``fleet.model``), else
+    ``None`` (a cluster on real slices): what ``fray doctor``, ``fray launch`` and the dashboard show and check.
+
+    >>> simulated_fleet(object()) is None
+    True
+    """
+    model = getattr(getattr(cluster, "fleet", None), "model", None)
+    return model if model is not None and hasattr(model, "slices") else None

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import attrs
 
 from fray_core._exits import exit_code_text  # re-exported: how a provider names a command's end (killed by SIGKILL)
-from fray_core.types import Entrypoint, ResourceConfig
+from fray_core.request import Entrypoint, ResourceConfig
 
 __all__ = [
     "Heartbeat",

@@ -37,7 +37,7 @@ import cloudpickle
 from fray_core._procfs import start_ticks as process_start_ticks
 from fray_core._procfs import stat_fields
 from fray_core.errors import FrayError, JobNotFoundError, RecordError, ResultUnavailableError, UnsafeJobsDirError
-from fray_core.types import JobId, JobInfo, JobStatus, StoredResult
+from fray_core.status import JobId, JobInfo, JobStatus, StoredResult
 
 __all__ = ["SHARED_ENV", "JobStore", "default_jobs_dir", "new_job_id", "owner_info", "pid_alive"]
 

@@ -139,21 +139,8 @@ def host_envs(
     Recomputed from the slices actually held, so a retry never sees a stale coordinator. An elastic job's
     hosts also get ``FRAY_ELASTIC=1`` and ``FRAY_ELASTIC_GRACE`` (seconds to checkpoint when stopped).
     """
-    return list(slice_envs(job_id, attempt, leases, tpu, user_env, megascale_port, elastic))
-
-
-def slice_envs(
-    job_id: str,
-    attempt: int,
-    leases: Sequence[SliceLease],
-    tpu: TpuConfig | None,
-    user_env: dict[str, str] | None = None,
-    megascale_port: int = MEGASCALE_DEFAULT_PORT,
-    elastic: ElasticConfig | None = None,
-) -> Iterator[list[dict[str, str]]]:
-    """:func:`host_envs`, one slice at a time."""
-    for hosts in slice_hosts(job_id, attempt, leases, tpu, user_env, megascale_port, elastic):
-        yield [h.env for h in hosts]  # type: ignore[misc]
+    hosts = slice_hosts(job_id, attempt, leases, tpu, user_env, megascale_port, elastic)
+    return [[h.env for h in per_slice] for per_slice in hosts]  # type: ignore[misc]
 
 
 def slice_hosts(

@@ -10,7 +10,7 @@
         out = session.run(step, batch=3)    # one call on every host; a list in (slice, host) order
         fut = session.submit(step, batch=4) # non-blocking; fut.result(timeout=...)
 
-A session **is a job**: its entrypoint on every host is a persistent worker loop
+A session **is a job** (``JobRequest(kind="session")``): its entrypoint on every host is a persistent worker loop
 (:mod:`fray_core._session_worker`), launched with the cluster's own ``launch``, so the shared
 :class:`~fray_core.runner.GangRunner` does everything a job gets: gang acquisition, the per-host env
 (``FRAY_*``, ``TPU_*``, ``MEGASCALE_*``), preemption detection, the two retry budgets, release on every
@@ -57,15 +57,8 @@ import attrs
 from fray_core._scratch import scratch_dir
 from fray_core.errors import FrayError, JobFailedError, WaitTimeoutError, as_user_exception, loaded_exception_class
 from fray_core.limits import check_name, check_seconds
-from fray_core.types import (
-    AttemptOutcome,
-    Entrypoint,
-    EnvironmentConfig,
-    JobInfo,
-    JobRequest,
-    JobStatus,
-    ResourceConfig,
-)
+from fray_core.request import Entrypoint, EnvironmentConfig, JobRequest, ResourceConfig
+from fray_core.status import AttemptOutcome, JobInfo, JobStatus
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
@@ -155,8 +148,6 @@ class SessionWorker:
     family: str
     authkey: bytes
     fresh_process: bool = False
-    #: marks the job as a session in its record (``request_summary["kind"]``)
-    fray_kind: str = attrs.field(default="session", init=False)
 
     def __call__(self) -> None:
         from fray_core._session_worker import serve
@@ -620,6 +611,7 @@ def open_session(
             environment=environment,
             max_retries_preemption=max_retries_preemption,
             max_retries_failure=max_retries_failure,
+            kind="session",
         )
         core.job_id = str(cluster.launch(request))
         core.ready(timeout)  # the slices are held and every host's worker is up (or the session ended: raises)

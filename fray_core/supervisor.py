@@ -28,8 +28,9 @@ from fray_core.cluster import Cluster
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
 from fray_core.records import JobStore
+from fray_core.request import JobRequest
 from fray_core.runner import GangRunner, RetryPolicy, SliceProvider
-from fray_core.types import JobId, JobInfo, JobRequest, JobStatus
+from fray_core.status import JobId, JobInfo, JobStatus
 
 __all__ = ["LOG_UPLOAD_INTERVAL", "RecordCluster", "Supervisor", "check_picklable", "launch_error"]
 

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from fray_core.types import GpuConfig
+from fray_core.request import GpuConfig
 
 __all__ = ["assign", "machine_gpus"]
 

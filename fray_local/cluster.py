@@ -36,9 +36,10 @@ from fray_core.cluster import check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
 from fray_core.records import JobStore, owner_info, pid_alive
+from fray_core.request import GpuConfig, JobRequest
 from fray_core.runner import RetryPolicy
+from fray_core.status import JobId, JobInfo, JobStatus, summarize_request
 from fray_core.supervisor import RecordCluster, Supervisor, check_picklable, launch_error
-from fray_core.types import GpuConfig, JobId, JobInfo, JobRequest, JobStatus, summarize_request
 from fray_local import _gpu
 from fray_local._detached import SYS_PATH_ENV
 from fray_local.fleet import TpuFleet, parse_fleet

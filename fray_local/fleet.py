@@ -4,29 +4,31 @@
 
     fleet = TpuFleet({"v4-16": 2, "v5litepod-4": 4})
     cluster = LocalCluster(fleet=fleet)
-    fleet.preempt("v4-16-0", restore_after=0.5)          # kill that slice's hosts now, back in 0.5 s
-    fleet.break_host("v4-16-1", 0)                       # every process on that host: device error
-    fleet.fault_plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=2.0)])
-    fleet.fault_plan = FaultPlan.chaos(seed=7, rate=0.3)  # random preemptions, replayable from the seed
+    fleet.model.preempt("v4-16-0", restore_after=0.5)     # kill that slice's hosts now, back in 0.5 s
+    fleet.model.break_host("v4-16-1", 0)                  # every process on that host: device error
+    fleet.model.fault_plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=2.0)])
+    fleet.model.chaos(seed=7, rate=0.3)                   # random preemptions, replayable from the seed
 
-The fleet's behaviour (slices, incarnations, capacity, leases, host health, fault plans) is the one model
-in ``fray_core.fleet``; this module adds what real processes need: a lock and timer threads, waiting for
-capacity, and a device lockfile per host. Every host of a slice is a real subprocess started by the local
-backend; a preemption kills them the way a real one does (SIGKILL, no cleanup). Each host has a
-``libtpu_lockfile`` in the fleet's state dir: a host process that crashes leaves it behind and the host
-stays "dirty" (device busy) until cleaned; the local backend cleans stale lockfiles before starting a
-host, as the Ray backend does on real TPU VMs.
+The fleet's behaviour (slices, incarnations, capacity, leases, host health, fault plans) is the one model in
+``fray_core.fleet``, and ``TpuFleet.model`` is that model (under the fleet's lock); this module adds what real
+processes need: a lock and timer threads, waiting for capacity, and a device lockfile per host. Every host of
+a slice is a real subprocess started by the local backend; a preemption kills them the way a real one does
+(SIGKILL, no cleanup). Each host has a ``libtpu_lockfile`` in the fleet's state dir: a host process that
+crashes leaves it behind and the host stays "dirty" (device busy) until cleaned; the local backend cleans
+stale lockfiles before starting a host, as the Ray backend does on real TPU VMs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from fray_core._scratch import scratch_dir
 
@@ -104,14 +106,58 @@ def parse_fleet(text: str) -> dict[str, int]:
     return out
 
 
+class _Locked:
+    """The fleet's model behind the fleet's lock: what the model is, with every call made holding the lock
+    (timer threads and the jobs' providers use the model too) and waking whoever waits for capacity after it."""
+
+    __slots__ = ("_cond", "_model")
+
+    def __init__(self, model: Fleet, cond: threading.Condition) -> None:
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_cond", cond)
+
+    def __getattr__(self, name: str) -> Any:
+        with self._cond:
+            value = getattr(self._model, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+        cond = self._cond
+
+        @functools.wraps(value)
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with cond:
+                try:
+                    return value(*args, **kwargs)
+                finally:
+                    cond.notify_all()  # a change may free capacity: the jobs waiting for it look again
+
+        return locked
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        with self._cond:
+            setattr(self._model, name, value)
+            self._cond.notify_all()
+
+    def __dir__(self) -> list[str]:
+        return dir(self._model)
+
+    def __repr__(self) -> str:
+        return repr(self._model)
+
+
 class TpuFleet:
     """Slices of TPU types that jobs acquire whole and release; with ``on_demand=True`` (what
     ``LocalCluster()`` uses) slices are created when asked, so any TPU code runs on a laptop.
 
+    The fleet is its model, :attr:`model` (a :class:`fray_core.fleet.Fleet`: inventory, capacity, the fault
+    vocabulary, the fault plan, host health, quarantine), safe to use from any thread. This class adds only
+    what real processes need: real time (timer threads), waiting for capacity, a device lockfile per host
+    (:attr:`state_dir`) and the process-backed provider's side (:meth:`acquire`, :meth:`host_env`, ...).
+
     >>> fleet = TpuFleet({"v4-16": 2})
-    >>> [s.name for s in fleet.slices()]
+    >>> [s.name for s in fleet.model.slices()]
     ['v4-16-0', 'v4-16-1']
-    >>> fleet.break_host("v4-16-1", 0); fleet.host_health("v4-16-1", 0).value
+    >>> fleet.model.break_host("v4-16-1", 0); fleet.model.host_health("v4-16-1", 0).value
     'broken'
     """
 
@@ -132,12 +178,13 @@ class TpuFleet:
         self._clock = _ThreadClock(self._cond)
         self.clean_lockfiles = clean_lockfiles
         self._state_dir = state_dir  # made on first use: most fleets never need one
-        self.model = Fleet(
+        self._model = Fleet(
             capacity,
             self._clock,
             on_demand=on_demand,
             fault_plan=fault_plan,
             on_dirt=self._on_dirt,
+            dirt_probe=self._dirt_probe,
             name="TpuFleet",
             quarantine_after=quarantine_after,
             quarantine_window=quarantine_window,
@@ -145,27 +192,32 @@ class TpuFleet:
             detection_delay=detection_delay,
             clean_hosts=clean_lockfiles,
         )
+        self._locked = _Locked(self._model, self._cond)
+
+    @property
+    def model(self) -> Fleet:
+        """The fleet: ``fleet.model.preempt("v4-16-0")``, ``fleet.model.fault_plan = FaultPlan(...)``,
+        ``fleet.model.describe("v4-16")``... (:class:`fray_core.fleet.Fleet`), each call under the fleet's lock.
+        Its clock is ``time.monotonic``: instants it returns (``notify_preemption``'s deadline) are on it."""
+        return cast(Fleet, self._locked)
 
     def __repr__(self) -> str:
-        return f"TpuFleet({self.capacity()}, on_demand={self.on_demand})"
+        return f"TpuFleet({self.model.capacity()}, on_demand={self.model.on_demand})"
 
-    @property
-    def on_demand(self) -> bool:
-        return self.model.on_demand
+    def __getattr__(self, name: str) -> Any:
+        # fleet.preempt(...) etc. as before the model was exposed: still works, says where it went
+        model = self.__dict__.get("_model")
+        if model is not None and not name.startswith("_") and (hasattr(Fleet, name) or name in vars(model)):
+            warnings.warn(f"TpuFleet.{name} is the model's: use fleet.model.{name}", DeprecationWarning, stacklevel=2)
+            return getattr(self.model, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @on_demand.setter
-    def on_demand(self, value: bool) -> None:
-        self.model.on_demand = value
-
-    @property
-    def fault_plan(self) -> FaultPlan:
-        """Faults keyed by attempt index, applied to every job on the fleet."""
-        return self.model.fault_plan
-
-    @fault_plan.setter
-    def fault_plan(self, plan: FaultPlan) -> None:
-        with self._cond:
-            self.model.fault_plan = plan
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("fault_plan", "on_demand"):  # settings of the model, as before it was exposed
+            warnings.warn(f"TpuFleet.{name} is the model's: set fleet.model.{name}", DeprecationWarning, stacklevel=2)
+            setattr(self.model, name, value)
+            return
+        object.__setattr__(self, name, value)
 
     @property
     def state_dir(self) -> str:
@@ -177,39 +229,7 @@ class TpuFleet:
                 self._state_cleanup = weakref.finalize(self, shutil.rmtree, self._state_dir, True)
             return self._state_dir
 
-    # ------------------------------------------------------------------------------------- inventory
-
-    def slices(self, tpu_type: str | None = None) -> list[SimSlice]:
-        with self._cond:
-            return self.model.slices(tpu_type)
-
-    def slice(self, name: str) -> SimSlice:
-        with self._cond:
-            return self.model.slice(name)
-
-    def capacity(self) -> dict[str, int]:
-        """Slices per type that exist (free, busy or coming back)."""
-        with self._cond:
-            return self.model.capacity()
-
-    def quarantined(self, tpu_type: str | None = None) -> list[SimSlice]:
-        """The slices in quarantine now: after ``quarantine_after`` device failures of one of their hosts
-        within ``quarantine_window`` s, no job gets them for ``quarantine_for`` s (or until repaired)."""
-        with self._cond:
-            return self.model.quarantined(tpu_type)
-
-    def describe(self, tpu_type: str) -> str:
-        """``"1 free, 1 busy, 0 preempted"`` for a type (plus ``", 1 quarantined (v4-16-1)"``)."""
-        with self._cond:
-            return self.model.describe(tpu_type)
-
-    def host_health(self, slice_name: str, host: int) -> HostHealth:
-        """``HEALTHY``, ``BROKEN`` (see :meth:`break_host`) or ``DIRTY`` (a stale lockfile)."""
-        with self._cond:
-            health = self.model.host_health(slice_name, host)
-            if health is HostHealth.HEALTHY and self._state_dir is not None and self.is_dirty(slice_name, host):
-                return HostHealth.DIRTY  # a crashed process left its lockfile
-            return health
+    # --------------------------------------------------------------------------------- device locks
 
     def host_dir(self, slice_name: str, host: int) -> str:
         d = os.path.join(self.state_dir, slice_name, f"host{host}")
@@ -220,18 +240,12 @@ class TpuFleet:
         return os.path.join(self.host_dir(slice_name, host), "libtpu_lockfile")
 
     def is_dirty(self, slice_name: str, host: int) -> bool:
+        """Whether the host's lockfile is there (a process holds the device, or died hard and left it)."""
         return os.path.exists(self.lockfile(slice_name, host))
 
-    def make_dirty(self, slice_name: str, host: int) -> None:
-        """Leave a stale lockfile on a host, as a crashed TPU process does."""
-        with self._cond:
-            self.model.make_dirty(slice_name, host)
-
-    def clean(self, slice_name: str, host: int) -> bool:
-        """Remove a stale lockfile; True if there was one."""
-        with self._cond:
-            was = self.is_dirty(slice_name, host)
-            return self.model.clean(slice_name, host) or was
+    def _dirt_probe(self, slice_name: str, host: int) -> bool:
+        # the model asks (host_health, clean): a crashed process left its lockfile
+        return self._state_dir is not None and self.is_dirty(slice_name, host)
 
     def _on_dirt(self, slice_name: str, host: int, dirty: bool) -> None:
         # the lockfile is the device lock the host processes see (a crashed process leaves it too)
@@ -244,7 +258,7 @@ class TpuFleet:
             except FileNotFoundError:
                 pass
 
-    # ----------------------------------------------------------------------------------- acquisition
+    # ------------------------------------------------------------------ the process-backed provider's side
 
     def acquire(
         self,
@@ -268,7 +282,7 @@ class TpuFleet:
             self._cond.wait(max(0.0, min(until - self._clock.now(), 0.5)))
 
         with self._cond:
-            got = self.model.acquire(job_id, spec.name, wanted, deadline, idle, since)
+            got = self._model.acquire(job_id, spec.name, wanted, deadline, idle, since)
             return [
                 SliceLease(
                     name=lease.slice.name,
@@ -280,23 +294,11 @@ class TpuFleet:
                 for lease in got
             ]
 
-    def free_slices(self, tpu_type: str, job_id: str | None = None) -> int:
-        """Free slices of a type ``job_id`` could take now: not quarantined, not reserved for a job
-        waiting in the fleet's queue (how an elastic job knows it could grow)."""
-        with self._cond:
-            return self.model.free_slices(tpu_type, job_id)
-
-    def leave_queue(self, job_id: str) -> None:
-        """``job_id`` stops waiting for slices (it ended): jobs behind it in the queue no longer wait for it."""
-        with self._cond:
-            self.model.leave_queue(job_id)
-            self._cond.notify_all()
-
     def release(self, lease: SliceLease) -> None:
         """Give a slice back; idempotent, and a no-op for a slice preempted while held. Faults armed for
         the attempt that held it and not fired yet are cancelled."""
         with self._cond:
-            if self.model.release(lease.handle):
+            if self._model.release(lease.handle):
                 self._cond.notify_all()
 
     def was_preempted(self, lease: SliceLease) -> bool:
@@ -304,51 +306,29 @@ class TpuFleet:
         detected (``detection_delay`` after the loss)."""
         fl: FleetLease = lease.handle
         with self._cond:
-            return self.model.detected(fl) if fl.lost else fl.slice.incarnation != fl.incarnation
-
-    @property
-    def detection_delay(self) -> float:
-        """Seconds between a slice's loss (its hosts are killed at once) and the runner learning of it."""
-        return self.model.detection_delay
+            return self._model.detected(fl) if fl.lost else fl.slice.incarnation != fl.incarnation
 
     def detected_at(self, lease: SliceLease) -> float | None:
         """When (``time.monotonic``) the loss of a lost slice is detected; ``None`` when it was not lost."""
         with self._cond:
-            return self.model.detected_at(lease.handle)
+            return self._model.detected_at(lease.handle)
 
     def lease_state(self, lease: SliceLease) -> tuple[str, float | None]:
         """``("lost" | "draining" | "intact", deadline)``: the model's :meth:`~fray_core.fleet.Fleet.lease_state`
         and, when draining, the notice's deadline in epoch seconds."""
         with self._cond:
             fl: FleetLease = lease.handle
-            state = self.model.lease_state(fl)
+            state = self._model.lease_state(fl)
             if state == "draining" and fl.notice is not None:
                 return state, time.time() + (fl.notice - self._clock.now())
             return state, None
-
-    def notify_preemption(self, slice_name: str, grace: float, restore_after: float | None = 0.0) -> float:
-        """A preemption notice: the slice is taken away ``grace`` seconds from now (its hosts are killed
-        then); the job holding it sees it draining at once, tells every host the deadline
-        (``fray_core.preemption_notice()``, ``FRAY_PREEMPTION_DEADLINE``) and sends them SIGTERM, and its next
-        attempt does not get this slice before it came back (``restore_after`` seconds after the deadline;
-        ``None``: gone). Returns the deadline in epoch seconds.
-
-        >>> fleet = TpuFleet({"v4-16": 2})
-        >>> deadline = fleet.notify_preemption("v4-16-1", grace=30.0)   # a free slice: taken away at once
-        >>> fleet.slice("v4-16-1").state
-        'down'
-        """
-        with self._cond:
-            at = self.model.notify_preemption(slice_name, grace, restore_after)
-            self._cond.notify_all()
-            return time.time() + (at - self._clock.now())
 
     def device_fault(self, lease: SliceLease, host: int, what: str) -> None:
         """A host process failed with a known device fault (``fray_core.signatures``): counted towards the
         host's quarantine, and its lockfile removed (the next process on it starts clean)."""
         with self._cond:
-            self.model.device_failed(lease.name, host, what)
-            self.model.clean(lease.name, host)
+            self._model.device_failed(lease.name, host, what)
+            self._model.clean(lease.name, host)
 
     def register_kill(self, lease: SliceLease, kill: Callable[[], None]) -> bool:
         """Attach a host process's kill to its slice; False if the slice was preempted meanwhile."""
@@ -362,45 +342,10 @@ class TpuFleet:
             fl.driver.append(kill)
             return True
 
-    # ---------------------------------------------------------------------------------------- faults
-
-    def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
-        """Preempt a slice now: its host processes are killed and it is down; a fresh incarnation of it
-        comes back after ``restore_after`` seconds (``None``: gone for good)."""
-        with self._cond:
-            self.model.preempt(slice_name, restore_after)
-            self._cond.notify_all()
-
-    def drop_capacity(self, tpu_type: str, to: int, duration: float | None = 1.0) -> list[str]:
-        """Only ``to`` slices of ``tpu_type`` stay up; the others (free ones first, then busy ones) are
-        preempted and come back after ``duration`` seconds (``None``: never). Returns their names."""
-        with self._cond:
-            names = self.model.drop_capacity(tpu_type, to, duration)
-            self._cond.notify_all()
-            return names
-
-    def break_host(self, slice_name: str, host: int) -> None:
-        """Every process started on this host fails with a device error (the infrastructure's fault:
-        the attempt ends PREEMPTED) until :meth:`repair_host`."""
-        with self._cond:
-            self.model.break_host(slice_name, host)
-
-    def repair_host(self, slice_name: str, host: int) -> None:
-        """Undo :meth:`break_host`."""
-        with self._cond:
-            self.model.repair_host(slice_name, host)
-
-    def arm(self, attempt: int, leases: Sequence[SliceLease]) -> None:
-        """Apply the plan's faults for ``attempt`` to the slices it holds (in slice order); what is timed
-        belongs to these leases and is cancelled when they are released."""
-        with self._cond:
-            self.model.arm(attempt, [lease.handle for lease in leases])
-            self._cond.notify_all()
-
     def start_slice(self, lease: SliceLease, attempt: int) -> None:
         """The hosts of a slice of attempt ``attempt`` start: the model arms that attempt's faults, once."""
         with self._cond:
-            self.model.start_slice(lease.handle, attempt)
+            self._model.start_slice(lease.handle, attempt)
             self._cond.notify_all()
 
     def host_env(self, lease: SliceLease, host: int) -> tuple[dict[str, str], str | None]:
@@ -408,23 +353,16 @@ class TpuFleet:
         decided for it), and a log note (the stale lockfile removed before start)."""
         with self._cond:
             lockfile = self.lockfile(lease.name, host)
-            if self.is_dirty(lease.name, host) and self.model.host_health(lease.name, host) is HostHealth.HEALTHY:
-                self.model.make_dirty(
-                    lease.name, host
-                )  # a process that died hard left its lockfile: the model learns of it
-            fate = self.model.host_fate(lease.handle, host)
+            if self.is_dirty(lease.name, host) and self._model.slice(lease.name).health(host) is HostHealth.HEALTHY:
+                self._model.make_dirty(lease.name, host)  # a process that died hard left its lockfile: the model learns
+            fate = self._model.host_fate(lease.handle, host)
             note = f"[fray] removed stale {lockfile} before start" if fate.cleaned else None
             return {"FRAY_SIM_LOCKFILE": lockfile, **_fate_env(fate)}, note
-
-    def chaos(self, seed: int, rate: float, **kw: Any) -> FaultPlan:
-        """Install ``FaultPlan.chaos(seed, rate, ...)`` as this fleet's plan and return it."""
-        with self._cond:
-            return self.model.chaos(seed, rate, **kw)
 
     def close(self) -> None:
         """Cancel pending timers (restores and armed faults) and remove the state dir this fleet made."""
         self._clock.close()
-        cleanup = getattr(self, "_state_cleanup", None)
+        cleanup = self.__dict__.get("_state_cleanup")
         if cleanup is not None:  # only a dir we made ourselves
             cleanup()
             with self._cond:

@@ -25,8 +25,8 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
+from fray_core.request import Entrypoint, ResourceConfig, TpuConfig
 from fray_core.signatures import device_fault
-from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 from fray_local._proc import STACKS, HostProcess, LogSink
 from fray_local.fleet import TpuFleet
 
@@ -266,7 +266,7 @@ class LocalSliceProvider(SliceProvider):
 
     @property
     def detection_delay(self) -> float:
-        return self.fleet.detection_delay
+        return self.fleet.model.detection_delay
 
     def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
         """The heartbeat file of each running host (``fray_core.heartbeat`` writes it)."""
@@ -309,7 +309,7 @@ class LocalSliceProvider(SliceProvider):
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of the type this job could take now (not reserved for a job waiting in the
         fleet's queue): how an elastic job knows it could grow."""
-        return self.fleet.free_slices(tpu_type, self.job_id)
+        return self.fleet.model.free_slices(tpu_type, self.job_id)
 
     def cancel(self, runs: list[HostRun], grace: float | None = None) -> None:
         """Stop these hosts: SIGTERM (the guardian passes it to every process of the host), then kill
@@ -331,7 +331,7 @@ class LocalSliceProvider(SliceProvider):
         """The job ended (terminated included): kill any host still running, and leave the fleet's queue
         at once, so the jobs behind it do not wait for its entry to expire."""
         self.kill_all()
-        self.fleet.leave_queue(self.job_id)
+        self.fleet.model.leave_queue(self.job_id)
 
     def kill_all(self) -> None:
         for host in list(self._hosts.values()):

@@ -69,7 +69,7 @@ def sim_fault_plan(
 def cmd_sim(args: argparse.Namespace) -> int:
     """``fray sim``: a multislice job on a simulated fleet with injected faults, attempts shown live."""
     from fray_core.cluster import parse_spec
-    from fray_core.types import Entrypoint, JobRequest, ResourceConfig
+    from fray_core.request import Entrypoint, JobRequest, ResourceConfig
     from fray_local.cluster import LocalCluster
     from fray_local.fleet import TpuFleet
 

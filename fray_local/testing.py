@@ -2,7 +2,7 @@
 
     def test_train_survives_preemption(local_cluster, tpu_fleet):
         job_id = local_cluster.launch(request)
-        tpu_fleet.preempt("v4-16-0")
+        tpu_fleet.model.preempt("v4-16-0")
         assert local_cluster.wait(job_id, timeout=60).status == JobStatus.SUCCEEDED
 
 Fixtures:

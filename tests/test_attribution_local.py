@@ -78,7 +78,7 @@ def test_siblings_of_a_lost_slice_failing_before_the_loss_is_detected_cost_no_fa
     try:
         job = cluster.launch(request(sibling_fails_after_loss, str(flags), slices=2, max_retries_failure=0))
         wait_for(lambda: started(str(flags), 4))
-        fleet.preempt("v4-16-1")
+        fleet.model.preempt("v4-16-1")
         (flags / "lost").touch()  # slice 0's hosts fail now: long before the loss is detected
         info = cluster.wait(job, timeout=60)
         assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
@@ -133,7 +133,8 @@ def test_a_notice_gives_every_host_sigterm_and_the_deadline_then_preempted_on_ot
         wait_for(lambda: started(str(flags), 2))
         slice_name = cluster.poll(job).attempts[0].slices[0]
         t0 = time.time()
-        deadline = fleet.notify_preemption(slice_name, grace, restore_after=60.0)
+        fleet.model.notify_preemption(slice_name, grace, restore_after=60.0)  # returns it on the fleet's clock
+        deadline = t0 + grace  # in epoch seconds, as the hosts see it
         info = cluster.wait(job, timeout=60)
         assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED]
         assert info.failures == 0 and info.preemptions == 1 and "preemption notice" in (info.attempts[0].cause or "")
@@ -214,7 +215,9 @@ def test_a_known_device_fault_signature_is_a_preemption_counted_towards_quaranti
         assert info.failures == 0 and "DeviceFault: device busy (TPU is already in use) on v4-16-0 host 1" in (
             info.attempts[0].cause or ""
         )
-        assert list(fleet.slice("v4-16-0").device_failures or {}) == [1]  # host 1's first device failure on record
+        assert list(fleet.model.slice("v4-16-0").device_failures or {}) == [
+            1
+        ]  # host 1's first device failure on record
         assert not fleet.is_dirty("v4-16-0", 1)
     finally:
         cluster.close()

@@ -29,11 +29,11 @@ def test_default_is_a_cached_local_cluster(monkeypatch: pytest.MonkeyPatch) -> N
 def test_spec_env_var_is_honoured_on_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FRAY_CLUSTER_SPEC", "local?tpu=v4-16:2,v5litepod-4:4")
     c = current_cluster()
-    assert isinstance(c, LocalCluster) and c.fleet.capacity() == {"v4-16": 2, "v5litepod-4": 4}
+    assert isinstance(c, LocalCluster) and c.fleet.model.capacity() == {"v4-16": 2, "v5litepod-4": 4}
     assert current_cluster() is c  # same spec, same object
     monkeypatch.setenv("FRAY_CLUSTER_SPEC", "local?tpu=v4-8:1")
     c2 = current_cluster()
-    assert c2 is not c and c2.fleet.capacity() == {"v4-8": 1}
+    assert c2 is not c and c2.fleet.model.capacity() == {"v4-8": 1}
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_using_cluster_overrides_env_and_nests(monkeypatch: pytest.MonkeyPatch, 
 
 def test_using_cluster_accepts_a_spec_string() -> None:
     with using_cluster("local?tpu=v4-16:1") as c:
-        assert current_cluster() is c and c.fleet.capacity() == {"v4-16": 1}
+        assert current_cluster() is c and c.fleet.model.capacity() == {"v4-16": 1}
 
 
 def test_register_backend_by_name() -> None:

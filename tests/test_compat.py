@@ -185,7 +185,7 @@ def test_always_fails_raises_with_the_error_kept(local_cluster: LocalCluster) ->
 
 
 def test_preemption_is_retried(local_cluster: LocalCluster, tpu_fleet: TpuFleet, tmp_path: Path) -> None:
-    tpu_fleet.fault_plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=0.5)])
+    tpu_fleet.model.fault_plan = FaultPlan([PreemptSlice(attempt=0, slice_index=1, after=0.5)])
     fn = functools.partial(block_first_attempt, str(tmp_path))
     result = run_on_pod_multislice_resumable(fn, TPU, 2, max_retries_failure=0)
     check_hosts(result, 2, attempt=1)
@@ -194,7 +194,7 @@ def test_preemption_is_retried(local_cluster: LocalCluster, tpu_fleet: TpuFleet,
 
 
 def test_preemption_budget_exhausted(local_cluster: LocalCluster, tpu_fleet: TpuFleet, tmp_path: Path) -> None:
-    tpu_fleet.fault_plan = FaultPlan([PreemptSlice(attempt=a, slice_index=0, after=0.5) for a in range(3)])
+    tpu_fleet.model.fault_plan = FaultPlan([PreemptSlice(attempt=a, slice_index=0, after=0.5) for a in range(3)])
     fn = functools.partial(wait_for_release, str(tmp_path))
     with pytest.raises(
         PodJobError, match=r"preempted too many times: preempted 2 time\(s\), max_retries_preemption=1"

@@ -175,7 +175,10 @@ class TestLocalOnDemand(ClusterConformance):
     def backend(self, tmp_path: Path) -> Iterator[ClusterUnderTest]:
         cluster = LocalCluster(jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
         yield ClusterUnderTest(
-            cluster, preempt=cluster.fleet.preempt, fixed_capacity=False, spec=f"local?jobs_dir={tmp_path / 'jobs'}"
+            cluster,
+            preempt=cluster.fleet.model.preempt,
+            fixed_capacity=False,
+            spec=f"local?jobs_dir={tmp_path / 'jobs'}",
         )
         cluster.close()
 
@@ -189,9 +192,9 @@ class TestLocalFleet(ClusterConformance):
         cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
         yield ClusterUnderTest(
             cluster,
-            preempt=fleet.preempt,
+            preempt=fleet.model.preempt,
             spec=f"local?jobs_dir={tmp_path / 'jobs'}",
-            all_free=lambda: fleet.describe(TPU).startswith("2 free"),
+            all_free=lambda: fleet.model.describe(TPU).startswith("2 free"),
         )
         cluster.close()
 

@@ -382,7 +382,7 @@ def test_on_the_simulated_fleet_a_job_grows_when_another_ends_and_shrinks_after_
             what="running",
         )
         assert len(first.slices) == 2
-        fleet.preempt(first.slices[1], restore_after=None)  # that slice is gone: the job shrinks to 1
+        fleet.model.preempt(first.slices[1], restore_after=None)  # that slice is gone: the job shrinks to 1
         info = cluster.wait(shrinks, timeout=60)
         assert info.status is JobStatus.SUCCEEDED, info.error
         assert [(a.outcome, len(a.slices)) for a in info.attempts] == [

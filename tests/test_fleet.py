@@ -42,8 +42,8 @@ def outcomes(info) -> list[str]:
 
 def test_fleet_has_named_slices_with_hosts_from_the_catalog() -> None:
     fleet = TpuFleet({"v4-16": 2, "v5litepod-16": 1})
-    assert [(s.name, s.hosts) for s in fleet.slices()] == [("v4-16-0", 2), ("v4-16-1", 2), ("v5litepod-16-0", 4)]
-    assert fleet.capacity() == {"v4-16": 2, "v5litepod-16": 1}
+    assert [(s.name, s.hosts) for s in fleet.model.slices()] == [("v4-16-0", 2), ("v4-16-1", 2), ("v5litepod-16-0", 4)]
+    assert fleet.model.capacity() == {"v4-16": 2, "v5litepod-16": 1}
     with pytest.raises(ValueError, match="TpuConfig.type: unknown TPU type 'v4-3'"):
         TpuFleet({"v4-3": 1})
 
@@ -55,7 +55,7 @@ def test_fault_plan_preemption_is_recovered(tmp_path: Path) -> None:
     assert info.status == JobStatus.SUCCEEDED and outcomes(info) == ["PREEMPTED", "SUCCEEDED"]
     assert "v4-16-1 was preempted" in info.attempts[0].cause
     assert info.result == ["v4-16-0/0@1", "v4-16-0/1@1", "v4-16-1/0@1", "v4-16-1/1@1"]
-    assert fleet.slice("v4-16-1").preemptions == 1
+    assert fleet.model.slice("v4-16-1").preemptions == 1
     cluster.close()
 
 
@@ -99,7 +99,7 @@ def test_without_hygiene_a_dirty_host_is_a_retryable_device_error_not_the_users_
 def test_waiting_for_capacity_is_unschedulable_with_a_diagnosis_then_runs(tmp_path: Path) -> None:
     fleet = TpuFleet({"v4-16": 2})
     cluster = make_cluster(tmp_path, fleet, schedule_timeout=0.3)
-    fleet.drop_capacity("v4-16", to=1, duration=1.5)
+    fleet.model.drop_capacity("v4-16", to=1, duration=1.5)
     info = cluster.wait(cluster.launch(tpu_request(max_retries_preemption=50)), timeout=60)
     assert info.status == JobStatus.SUCCEEDED
     assert outcomes(info)[0] == "UNSCHEDULABLE" and outcomes(info)[-1] == "SUCCEEDED"
@@ -135,8 +135,8 @@ def test_a_request_that_can_never_fit_fails_at_once(tmp_path: Path) -> None:
 
 def test_a_slice_gone_for_good_shrinks_the_fleet(tmp_path: Path) -> None:
     fleet = TpuFleet({"v4-16": 2})
-    fleet.preempt("v4-16-0", restore_after=None)
-    assert fleet.capacity() == {"v4-16": 1}
+    fleet.model.preempt("v4-16-0", restore_after=None)
+    assert fleet.model.capacity() == {"v4-16": 1}
     cluster = make_cluster(tmp_path, fleet)
     info = cluster.wait(cluster.launch(tpu_request(slices=[1, 2])), timeout=30)
     assert info.status == JobStatus.SUCCEEDED and info.attempts[0].slices == ["v4-16-1"]
@@ -158,7 +158,7 @@ def test_chaos_replays_exactly_from_its_seed(tmp_path: Path) -> None:
     runs = []
     for i in range(2):
         fleet = TpuFleet({"v4-16": 2})
-        fleet.chaos(seed=4, rate=0.5, max_slices=2, horizon=0.2)
+        fleet.model.chaos(seed=4, rate=0.5, max_slices=2, horizon=0.2)
         cluster = make_cluster(tmp_path / str(i), fleet)
         info = cluster.wait(cluster.launch(tpu_request(slow_host)), timeout=120)
         runs.append(outcomes(info))
@@ -192,19 +192,56 @@ def test_a_fault_belongs_to_the_attempt_it_was_armed_for(tmp_path: Path) -> None
         info = cluster.wait(cluster.launch(tpu_request(slower_host)), timeout=120)
         cluster.close()
         assert outcomes(info) == ["PREEMPTED", "SUCCEEDED"], [a.cause for a in info.attempts]
-        assert [fleet.slice(n).preemptions for n in ("v4-16-0", "v4-16-1")] == [1, 0]
+        assert [fleet.model.slice(n).preemptions for n in ("v4-16-0", "v4-16-1")] == [1, 0]
 
 
 def test_a_broken_host_fails_every_process_with_a_device_error_until_repaired(tmp_path: Path) -> None:
     fleet = TpuFleet({"v4-16": 1})
-    fleet.break_host("v4-16-0", 1)
+    fleet.model.break_host("v4-16-0", 1)
     cluster = make_cluster(tmp_path, fleet)
     info = cluster.wait(cluster.launch(tpu_request(slices=1, max_retries_preemption=1)), timeout=60)
     assert info.status == JobStatus.FAILED and outcomes(info) == ["PREEMPTED", "PREEMPTED"] and info.failures == 0
     assert "TpuDeviceError: the TPU device of v4-16-0 host 1 is broken" in info.attempts[0].cause
     assert "slice 0 (v4-16-0) host 1" in info.attempts[0].cause
-    assert fleet.slice("v4-16-0").preemptions == 0  # the slice itself was not preempted
-    fleet.repair_host("v4-16-0", 1)
+    assert fleet.model.slice("v4-16-0").preemptions == 0  # the slice itself was not preempted
+    fleet.model.repair_host("v4-16-0", 1)
     info = cluster.wait(cluster.launch(tpu_request(slices=1)), timeout=60)
     assert outcomes(info) == ["SUCCEEDED"] and info.result == ["v4-16-0/0@0", "v4-16-0/1@0"]
     cluster.close()
+
+
+def test_the_fleet_is_its_model_used_from_any_thread_and_its_old_names_point_there() -> None:
+    """``TpuFleet.model`` is the one fleet model (no copy of its names on ``TpuFleet``): calls from another
+    thread wake a job waiting for capacity, a stale lockfile shows in the model's host health, and the old
+    ``fleet.preempt``/``fleet.fault_plan = ...`` still work while saying where they went."""
+    import threading
+
+    from fray_core.fleet import HostHealth, Slice
+
+    fleet = TpuFleet({"v4-16": 1})
+    try:
+        assert not {"preempt", "describe", "slices", "fault_plan", "break_host", "chaos"} & set(vars(TpuFleet))
+        assert isinstance(fleet.model.slice("v4-16-0"), Slice)
+        fleet.model.occupy("v4-16-0")
+        got: list[object] = []
+        waiter = threading.Thread(
+            target=lambda: got.extend(fleet.acquire("job", "v4-16", [1], deadline=time.monotonic() + 30))
+        )
+        waiter.start()
+        fleet.model.vacate("v4-16-0")  # from this thread: the waiting job gets the slice
+        waiter.join(timeout=30)
+        assert [lease.name for lease in got] == ["v4-16-0"]  # type: ignore[attr-defined]
+        with open(fleet.lockfile("v4-16-0", 1), "w") as f:
+            f.write("left by a process that died hard")
+        assert fleet.model.host_health("v4-16-0", 1) is HostHealth.DIRTY
+        assert fleet.model.clean("v4-16-0", 1) and not fleet.is_dirty("v4-16-0", 1)
+        with pytest.warns(DeprecationWarning, match=r"use fleet\.model\.describe"):
+            assert fleet.describe("v4-16") == fleet.model.describe("v4-16")  # type: ignore[attr-defined]
+        plan = FaultPlan([PreemptSlice(attempt=0)])
+        with pytest.warns(DeprecationWarning, match=r"set fleet\.model\.fault_plan"):
+            fleet.fault_plan = plan  # type: ignore[misc]
+        assert fleet.model.fault_plan is plan
+        with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+            fleet.nonsense  # type: ignore[attr-defined]  # noqa: B018
+    finally:
+        fleet.close()

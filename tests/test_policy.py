@@ -483,7 +483,7 @@ def test_a_broken_host_on_the_simulated_fleet_is_quarantined_and_the_job_finishe
     tmp_path: Path,
 ) -> None:
     fleet = TpuFleet({"v4-16": 2}, quarantine_after=1)
-    fleet.break_host("v4-16-0", 0)
+    fleet.model.break_host("v4-16-0", 0)
     cluster = LocalCluster(fleet=fleet, jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
     try:
         request = JobRequest(
@@ -496,10 +496,10 @@ def test_a_broken_host_on_the_simulated_fleet_is_quarantined_and_the_job_finishe
             ("SUCCEEDED", ["v4-16-1"]),
         ]
         assert "TpuDeviceError" in info.attempts[0].cause and info.result == ["v4-16-1", "v4-16-1"]
-        assert [sl.name for sl in fleet.quarantined()] == ["v4-16-0"]
-        assert fleet.describe("v4-16") == "2 free, 0 busy, 0 preempted, 1 quarantined (v4-16-0)"
-        fleet.repair_host("v4-16-0", 0)  # repaired: back in service at once
-        assert fleet.quarantined() == []
+        assert [sl.name for sl in fleet.model.quarantined()] == ["v4-16-0"]
+        assert fleet.model.describe("v4-16") == "2 free, 0 busy, 0 preempted, 1 quarantined (v4-16-0)"
+        fleet.model.repair_host("v4-16-0", 0)  # repaired: back in service at once
+        assert fleet.model.quarantined() == []
     finally:
         cluster.close()
         fleet.close()

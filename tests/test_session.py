@@ -135,7 +135,7 @@ def test_fresh_process_runs_every_call_in_a_new_process(cluster: LocalCluster) -
 def test_preemption_between_calls_restarts_the_workers_on_new_slices(cluster: LocalCluster) -> None:
     with cluster.hold(V4, max_retries_preemption=1) as session:
         before = session.run(remember)
-        cluster.fleet.preempt("v4-16-0", restore_after=None)  # gone for good: the session moves to v4-16-2
+        cluster.fleet.model.preempt("v4-16-0", restore_after=None)  # gone for good: the session moves to v4-16-2
         after = session.run(remember)
         assert session.slices == ["v4-16-1", "v4-16-2"]
     assert [r["TPU_NAME"] for r in after] == ["v4-16-1", "v4-16-1", "v4-16-2", "v4-16-2"]
@@ -155,7 +155,7 @@ def test_preemption_during_a_call_retries_the_call(cluster: LocalCluster, tmp_pa
     with cluster.hold(V4, fresh_process=fresh_process) as session:
         fut = session.submit(mark_then_block, str(markers))
         helpers.wait_for(lambda: len(list(markers.iterdir())) == 4, 60, "the call to run on every host")
-        cluster.fleet.preempt("v4-16-1", restore_after=None)
+        cluster.fleet.model.preempt("v4-16-1", restore_after=None)
         out = fut.result(timeout=120)
     assert out == [("1", "v4-16-0"), ("1", "v4-16-0"), ("1", "v4-16-2"), ("1", "v4-16-2")]
     assert cluster.poll(session.job_id).preemptions == 1
@@ -167,7 +167,7 @@ def test_preemption_budget_is_exact(tmp_path: Path) -> None:
         with c.hold(ResourceConfig.with_tpu("v4-16"), max_retries_preemption=2) as session:
             for expected_attempt in (0, 1, 2):  # two preemptions are within the budget
                 assert {r["FRAY_ATTEMPT"] for r in session.run(remember)} == {str(expected_attempt)}
-                c.fleet.preempt("v4-16-0", restore_after=0.0)
+                c.fleet.model.preempt("v4-16-0", restore_after=0.0)
             with pytest.raises(JobFailedError) as e:  # the third is not
                 session.run(remember)
             with pytest.raises(JobFailedError):  # a session that ended stays ended
@@ -249,7 +249,7 @@ def test_close_during_a_call_kills_the_workers(cluster: LocalCluster, tmp_path: 
     assert not any(pid_alive(p) for p in pids)
     with pytest.raises(JobFailedError):
         fut.result(timeout=60)
-    assert cluster.fleet.describe("v4-16").startswith("3 free")
+    assert cluster.fleet.model.describe("v4-16").startswith("3 free")
 
 
 def test_garbage_collection_closes_the_session(cluster: LocalCluster) -> None:
@@ -260,7 +260,7 @@ def test_garbage_collection_closes_the_session(cluster: LocalCluster) -> None:
     gc.collect()
     assert cluster.poll(job_id).status is JobStatus.SUCCEEDED
     assert not any(pid_alive(p) for p in pids)
-    assert cluster.fleet.describe("v4-16").startswith("3 free")
+    assert cluster.fleet.model.describe("v4-16").startswith("3 free")
 
 
 def test_terminate_by_id_ends_the_session(cluster: LocalCluster) -> None:
@@ -297,7 +297,7 @@ def test_hold_returns_with_the_slices_held_or_raises(tmp_path: Path) -> None:
         with c.hold(ResourceConfig.with_tpu("v4-16")) as session:
             assert session.slices == ["v4-16-0"]  # held as soon as hold() returns
         assert c.poll(session.job_id).status is JobStatus.SUCCEEDED  # closed idle: the workers exited cleanly
-        assert c.fleet.describe("v4-16").startswith("1 free")
+        assert c.fleet.model.describe("v4-16").startswith("1 free")
     finally:
         c.close()
 
@@ -349,7 +349,7 @@ def test_strangers_on_the_socket_do_not_disturb_the_session(cluster: LocalCluste
         silent = socket.create_connection(address)  # connects, never authenticates
         with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
             Client(address, family="AF_INET", authkey=b"not the session's key")
-        cluster.fleet.preempt("v4-16-0", restore_after=None)  # the new workers must get through meanwhile
+        cluster.fleet.model.preempt("v4-16-0", restore_after=None)  # the new workers must get through meanwhile
         out = session.run(remember)
         silent.close()
     assert {r["FRAY_ATTEMPT"] for r in out} == {"1"}
@@ -375,7 +375,7 @@ def step(i: int) -> tuple[int, str, str]:
 def test_session_calls_survive_seeded_random_preemptions(tmp_path: Path, seed: int) -> None:
     print(f"chaos seed={seed} (rerun with FRAY_TEST_SEED={seed})")
     c = make_cluster(tmp_path, {"v4-16": 2})
-    plan = c.fleet.chaos(seed=seed, rate=0.5, attempts=3, max_slices=2, horizon=1.0)
+    plan = c.fleet.model.chaos(seed=seed, rate=0.5, attempts=3, max_slices=2, horizon=1.0)
     budget = 3  # only attempts 0-2 have faults: the session must never run out
     try:
         with c.hold(V4, max_retries_preemption=budget) as session:

@@ -21,6 +21,7 @@ from fray_core import (
     create_environment,
     parse_size,
 )
+from fray_core.status import summarize_request
 from fray_core.tpu import TPU_CATALOG, TPU_GENERATIONS, get_tpu_spec
 
 
@@ -214,6 +215,35 @@ def test_job_request_defaults_and_validation() -> None:
         JobRequest(name="x", entrypoint=Entrypoint(callable=work), max_retries_failure=-1)
     with pytest.raises(TypeError, match=r"JobRequest.entrypoint: expected an Entrypoint"):
         JobRequest(name="x", entrypoint=work)  # type: ignore[arg-type]
+
+
+def test_a_session_is_marked_by_the_request_kind_not_by_its_entrypoint() -> None:
+    """``JobRequest.kind`` says whether a request is a held session; the record keeps it as given, whatever the
+    entrypoint is, and a kind that cannot work fails at construction naming the field."""
+    job = JobRequest(name="x", entrypoint=Entrypoint(callable=work))
+    session = JobRequest(name="x", entrypoint=Entrypoint(callable=work), kind="session")
+    assert (job.kind, summarize_request(job)["kind"]) == ("job", "job")
+    assert (session.kind, summarize_request(session)["kind"]) == ("session", "session")
+    info = JobInfo(job_id="j", name="x", status=JobStatus.RUNNING, request_summary=summarize_request(session))  # type: ignore[arg-type]
+    assert JobInfo.from_json(info.to_json()).kind == "session"
+    with pytest.raises(ValueError, match=r"JobRequest.kind: expected 'job' or 'session', got 'Session'"):
+        JobRequest(name="x", entrypoint=Entrypoint(callable=work), kind="Session")
+    with pytest.raises(ValueError, match=r"JobRequest.kind: 'session' needs a callable entrypoint .*'echo hi'"):
+        JobRequest(name="x", entrypoint=Entrypoint(binary="echo", args=["hi"]), kind="session")
+
+
+def test_request_and_status_modules_split_the_types_and_types_keeps_every_old_name() -> None:
+    """What a caller builds lives in ``fray_core.request``, what the cluster reports in ``fray_core.status``;
+    ``fray_core.types`` re-exports both, so every existing import keeps working."""
+    import fray_core.request
+    import fray_core.status
+    import fray_core.types
+
+    assert JobRequest.__module__ == "fray_core.request" and JobInfo.__module__ == "fray_core.status"
+    assert not set(fray_core.request.__all__) & set(fray_core.status.__all__)
+    for name in fray_core.types.__all__:
+        home = fray_core.request if name in fray_core.request.__all__ else fray_core.status
+        assert getattr(fray_core.types, name) is getattr(home, name), name
 
 
 def test_environment_env_vars_are_validated() -> None:

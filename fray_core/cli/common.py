@@ -14,7 +14,7 @@ from fray_core.errors import ResultUnavailableError
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import JobInfo, JobStatus
+    from fray_core.status import JobInfo, JobStatus
 
 __all__ = [
     "describe_os_error",
@@ -53,7 +53,7 @@ class UsageError(Exception):
 
 def exit_code(status: JobStatus) -> int:
     """The exit code of a command that waited for a job that ended with ``status``."""
-    from fray_core.types import JobStatus
+    from fray_core.status import JobStatus
 
     return {JobStatus.SUCCEEDED: EXIT_OK, JobStatus.FAILED: EXIT_FAILED, JobStatus.STOPPED: EXIT_STOPPED}.get(
         status, EXIT_OK
@@ -147,7 +147,7 @@ def add_cluster_option(p: argparse.ArgumentParser, top: bool = False) -> None:
 
 def tpu_type(text: str) -> str:
     """``--tpu TYPE``: a TPU pod type of the catalog."""
-    from fray_core.types import TpuConfig
+    from fray_core.request import TpuConfig
 
     try:
         return TpuConfig(type=text).type

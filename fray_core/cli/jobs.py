@@ -42,11 +42,12 @@ from fray_core.cli.output import (
     safe,
     timestamp,
 )
-from fray_core.types import JobStatus
+from fray_core.status import JobStatus
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import JobInfo
+    from fray_core.records import JobStore
+    from fray_core.status import JobInfo
 
 __all__ = ["add_parsers", "cmd_list", "cmd_logs", "cmd_prune", "cmd_rm", "cmd_status", "cmd_stop"]
 
@@ -372,8 +373,25 @@ def _cut(lines: Any, keep: Any, tail: int | None, follow: bool) -> Any:
     yield from collections.deque(kept, maxlen=tail)
 
 
-def _chosen(cluster: Cluster, args: argparse.Namespace, what: str) -> list[JobInfo]:
-    """The jobs a ``stop``/``rm`` names: its IDs, or with ``--all`` every job that the filters keep."""
+def _live(info: JobInfo) -> bool:
+    """The job has not ended (a record that cannot be read, UNKNOWN, is neither live nor ended)."""
+    return not info.status.is_terminal() and info.status is not JobStatus.UNKNOWN
+
+
+def _ended(info: JobInfo) -> bool:
+    return info.status.is_terminal()
+
+
+def _matching(cluster: Cluster, args: argparse.Namespace, keep: Callable[[JobInfo], bool]) -> list[JobInfo]:
+    """Every job the ``--status``/``--name``/``--since`` filters keep that ``keep`` accepts (``stop``/``rm``
+    with ``--all``, ``prune``): no ``--limit``, a command acts on every match."""
+    args.limit = None
+    return [i for i in select(cluster.list_jobs(), args) if keep(i)]
+
+
+def _chosen(cluster: Cluster, args: argparse.Namespace, what: str, keep: Callable[[JobInfo], bool]) -> list[JobInfo]:
+    """The jobs a ``stop``/``rm`` names: its IDs, or with ``--all`` every job that the filters and ``keep``
+    keep."""
     if args.all and args.job_ids:
         raise UsageError("give job ids or --all (with filters), not both")
     if not args.all and not args.job_ids:
@@ -381,15 +399,24 @@ def _chosen(cluster: Cluster, args: argparse.Namespace, what: str) -> list[JobIn
     if not args.all and any(v is not None for v in (args.status, args.name, args.since)):
         raise UsageError("--status, --name and --since choose jobs with --all; with job ids they are not used")
     if args.all:
-        args.limit = None
-        return select(cluster.list_jobs(), args)
+        return _matching(cluster, args, keep)
     return [_poll_or_unknown(cluster, job_id) for job_id in dict.fromkeys(args.job_ids)]
+
+
+def _store_of(cluster: Cluster, what: str) -> JobStore:
+    """The cluster's job store (``rm``/``prune`` delete from it), else a usage error naming the backend."""
+    from fray_core.records import JobStore
+
+    store = getattr(cluster, "store", None)
+    if not isinstance(store, JobStore):
+        raise UsageError(f"the {backend_name(cluster)!r} backend has no job store to {what}")
+    return store
 
 
 def _poll_or_unknown(cluster: Cluster, job_id: str) -> JobInfo:
     """The job, or an UNKNOWN entry for one whose record cannot be read (so ``fray rm`` can clear it)."""
     from fray_core.errors import RecordError
-    from fray_core.types import JobId, JobInfo
+    from fray_core.status import JobId, JobInfo
 
     try:
         return cluster.poll(job_id)
@@ -412,8 +439,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """``fray stop ID... | --all [--status S] [--name GLOB] [--since WHEN] [-y]``: stop every host, release every
     slice; each job ends STOPPED. A supervisor that does not answer within ``--timeout`` is exit code 4."""
     cluster = cluster_of(args)
-    infos = _chosen(cluster, args, "stop")
-    running = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
+    infos = _chosen(cluster, args, "stop", _live)
+    running = [i for i in infos if _live(i)]
     for info in infos:
         if info.status.is_terminal() and not args.all:
             print(f"{safe(info.job_id)}: already ended {info.status.value}")
@@ -477,17 +504,13 @@ def _terminate(cluster: Cluster, job_id: str, timeout: float) -> str | None:
 def cmd_rm(args: argparse.Namespace) -> int:
     """``fray rm ID... | --all [filters] [-y]``: delete ended jobs' records, logs and results. A job that has
     not ended is refused (stop it first); ``--all`` only ever picks ended jobs."""
-    from fray_core.records import JobStore, delete_job
+    from fray_core.records import delete_job
 
     cluster = cluster_of(args)
-    store = getattr(cluster, "store", None)
-    if not isinstance(store, JobStore):
-        raise UsageError(f"the {backend_name(cluster)!r} backend has no job store to remove records from")
-    infos = _chosen(cluster, args, "remove")
-    if args.all:
-        infos = [i for i in infos if i.status.is_terminal()]
-    else:
-        live = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
+    store = _store_of(cluster, "remove records from")
+    infos = _chosen(cluster, args, "remove", _ended)
+    if not args.all:
+        live = [i for i in infos if _live(i)]
         if live:
             raise UsageError(
                 f"job {live[0].job_id} is {live[0].status.value}: only a job that ended can be removed "
@@ -516,19 +539,18 @@ def _older_than(text: str) -> float:
 def cmd_prune(args: argparse.Namespace) -> int:
     """``fray prune --older-than 7d [--status S] [--name GLOB] [--dry-run]``: delete jobs that ended more than
     that long ago. Never a job that has not ended."""
-    from fray_core.records import JobStore, delete_job
+    from fray_core.records import delete_job
 
     cluster = cluster_of(args)
-    store = getattr(cluster, "store", None)
-    if not isinstance(store, JobStore):
-        raise UsageError(f"the {backend_name(cluster)!r} backend has no job store to prune")
-    args.since = args.limit = None
+    store = _store_of(cluster, "prune")
+    args.since = None
     cutoff = time.time() - args.older_than
-    old = [
-        i
-        for i in select(cluster.list_jobs(), args)
-        if i.status.is_terminal() and (i.finished_at or i.submitted_at) and (i.finished_at or i.submitted_at) < cutoff
-    ]
+
+    def ended_long_ago(info: JobInfo) -> bool:
+        when = info.finished_at or info.submitted_at
+        return _ended(info) and bool(when) and when < cutoff
+
+    old = _matching(cluster, args, ended_long_ago)
     for info in old:
         if not args.dry_run:
             delete_job(store, str(info.job_id))

@@ -26,7 +26,7 @@ from fray_core.cli.live import follow
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import JobRequest
+    from fray_core.request import JobRequest
 
 __all__ = ["add_parser", "build_request", "cmd_launch", "parse_call_args"]
 
@@ -140,7 +140,7 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
     ARGS``) or any other command. ``on_this_machine``: the job's processes run here, so a script or command
     must exist here and a script runs with this Python.
     """
-    from fray_core.types import Entrypoint, GpuConfig, JobRequest, ResourceConfig, TpuConfig, create_environment
+    from fray_core.request import Entrypoint, GpuConfig, JobRequest, ResourceConfig, TpuConfig, create_environment
 
     if args.target is None:
         raise UsageError("the following arguments are required: TARGET (module:function, script.py or a command)")
@@ -202,9 +202,11 @@ def check_fits(cluster: Cluster, request: JobRequest) -> None:
     it has none of) is a :class:`UsageError` naming what the fleet has, before anything is launched. Fleets
     that make slices on demand, and backends whose capacity is not known here, accept every request (the
     runner still reports a request that never fits as UNSCHEDULABLE)."""
+    from fray_core.fleet import simulated_fleet
+
     device = request.resources.device
-    fleet = getattr(cluster, "fleet", None)
-    if getattr(device, "kind", None) != "tpu" or fleet is None or getattr(fleet, "on_demand", True):
+    fleet = simulated_fleet(cluster)
+    if getattr(device, "kind", None) != "tpu" or fleet is None or fleet.on_demand:
         return
     replicas = request.resources.replicas
     need = min(replicas) if isinstance(replicas, (list, tuple)) else int(replicas)

@@ -20,11 +20,11 @@ from fray_core.cli.output import (
     print_timeline,
     safe,
 )
-from fray_core.cluster import MONITOR_HEARTBEAT, MonitorView, describe_attempt, describe_progress
+from fray_core.cluster import MonitorView, describe_attempt, describe_progress
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
-    from fray_core.types import Attempt, JobInfo
+    from fray_core.status import Attempt, JobInfo
 
 __all__ = ["LiveView", "PlainView", "follow", "status_line"]
 
@@ -100,26 +100,17 @@ def progress_line(info: JobInfo) -> str:
 
 
 class PlainView(MonitorView):
-    """Plain lines (a pipe, a file): what :class:`MonitorView` prints, with control characters escaped."""
+    """Plain lines (a pipe, a file): what :class:`MonitorView` prints, with control characters escaped (the
+    final progress line quotes the job's error, its exception's message)."""
 
     def log(self, line: str) -> None:
         super().log(safe(line, keep_newlines=True))
 
-    def attempt_ended(self, attempt: Attempt) -> None:
-        print(f"[fray] {attempt_line(attempt)}", file=self.out, flush=True)
+    def format_attempt(self, attempt: Attempt) -> str:
+        return attempt_line(attempt)
 
-    def progress(self, info: JobInfo) -> None:
-        """:meth:`MonitorView.progress`, escaped: the final line quotes the job's error (its exception's message)."""
-        from fray_core.types import JobStatus
-
-        line = progress_line(info)
-        now = time.monotonic()
-        if line != self._last:
-            print(f"[fray] {line}", file=self.out, flush=True)
-            self._last, self._changed_at, self._printed_at = line, now, now
-        elif info.status is JobStatus.PENDING and now - self._printed_at >= MONITOR_HEARTBEAT:
-            print(f"[fray] {line} (still waiting after {now - self._changed_at:.0f}s)", file=self.out, flush=True)
-            self._printed_at = now
+    def format_progress(self, info: JobInfo) -> str:
+        return progress_line(info)
 
     def close(self, info: JobInfo | None) -> None:
         """Nothing left to draw: every state change was printed as it came."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from fray_core.types import JobInfo
+    from fray_core.status import JobInfo
 
 __all__ = [
     "age",
@@ -419,7 +419,7 @@ def describe_goodput(info: JobInfo) -> str | None:
     >>> describe_goodput(JobInfo(job_id="j", name="j", status=JobStatus.STOPPED, goodput=Goodput(2.0, 0.0, 8.0)))
     '- (stopped before it finished: ran 8.0s, pending 2.0s)'
     """
-    from fray_core.types import JobStatus
+    from fray_core.status import JobStatus
 
     g = info.goodput
     if g is None:
@@ -434,7 +434,7 @@ def describe_goodput(info: JobInfo) -> str | None:
 
 def describe_stop(info: JobInfo) -> str | None:
     """Why a job ended STOPPED, for people (the record says ``terminated``); None for any other job."""
-    from fray_core.types import JobStatus
+    from fray_core.status import JobStatus
 
     if info.status is not JobStatus.STOPPED:
         return None

@@ -146,8 +146,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     store = getattr(cluster, "store", None)
     if store is not None:
         _check_store(store, line)
-    fleet = getattr(cluster, "fleet", None)
-    if fleet is not None and not getattr(fleet, "on_demand", True):
+    from fray_core.fleet import simulated_fleet
+
+    fleet = simulated_fleet(cluster)
+    if fleet is not None and not fleet.on_demand:
         have = ", ".join(f"{n} x {t}" for t, n in sorted(fleet.capacity().items()))
         line(True, "fleet", f"simulated: {have}")
     elif fleet is not None:

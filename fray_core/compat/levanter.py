@@ -52,7 +52,8 @@ from typing import Any
 from fray_core.cluster import current_cluster
 from fray_core.compat.ray_resources import environment_from_runtime_env
 from fray_core.errors import HostPreempted, JobFailedError, as_user_exception, loaded_exception_class
-from fray_core.types import Entrypoint, JobInfo, JobRequest, JobStatus, ResourceConfig, TpuConfig
+from fray_core.request import Entrypoint, JobRequest, ResourceConfig, TpuConfig
+from fray_core.status import JobInfo, JobStatus
 
 __all__ = [
     "PodJobError",

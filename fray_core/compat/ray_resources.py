@@ -31,8 +31,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from fray_core.tpu import TPU_CATALOG, TPU_GENERATIONS, TpuSpec, get_tpu_spec, normalize_tpu_type
-from fray_core.types import (
+from fray_core.request import (
     CpuConfig,
     DeviceConfig,
     EnvironmentConfig,
@@ -43,6 +42,7 @@ from fray_core.types import (
     format_size,
     parse_size,
 )
+from fray_core.tpu import TPU_CATALOG, TPU_GENERATIONS, TpuSpec, get_tpu_spec, normalize_tpu_type
 
 __all__ = ["HEAD_NODE_RESOURCES", "environment_from_runtime_env", "resources_from_ray_options"]
 

@@ -50,8 +50,8 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
+from fray_core.request import Entrypoint, ResourceConfig, TpuConfig
 from fray_core.tpu import get_tpu_spec
-from fray_core.types import Entrypoint, ResourceConfig, TpuConfig
 
 __all__ = [
     "HANG",

@@ -54,9 +54,10 @@ from fray_core.cluster import Cluster
 from fray_core.errors import Unschedulable
 from fray_core.provider import HostOutcomeKind, HostRun, Outcome, SliceLease, SliceProvider
 from fray_core.records import pid_alive
-from fray_core.runner import slice_hosts
+from fray_core.request import Entrypoint, JobRequest, ResourceConfig, TpuConfig, create_environment
+from fray_core.runner import MEGASCALE_DEFAULT_PORT, slice_hosts
+from fray_core.status import JobInfo, JobStatus
 from fray_core.tpu import get_tpu_spec
-from fray_core.types import Entrypoint, JobRequest, JobStatus, ResourceConfig, TpuConfig, create_environment
 
 __all__ = [
     "ClusterConformance",
@@ -146,9 +147,16 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int = 0, tpu: str = "v4-16") -> None:
+def check_hosts(
+    result: list[dict[str, str]],
+    n_slices: int,
+    attempt: int = 0,
+    tpu: str = "v4-16",
+    megascale_port: int = MEGASCALE_DEFAULT_PORT,
+) -> None:
     """A TPU job's results (each host returned :func:`host_info`): one entry per host in (slice, host)
-    order, one process each, the hosts of one slice on one slice, and the MEGASCALE env right."""
+    order, one process each, the hosts of one slice on one slice, and the MEGASCALE env right (on the
+    runner's ``megascale_port``)."""
     per = get_tpu_spec(tpu).hosts
     assert len(result) == n_slices * per  # one entry per host, in (slice, host) order
     assert [(r["FRAY_SLICE_ID"], r["TPU_WORKER_ID"]) for r in result] == [
@@ -165,6 +173,7 @@ def check_hosts(result: list[dict[str, str]], n_slices: int, attempt: int = 0, t
         assert len({r["MEGASCALE_COORDINATOR_ADDRESS"] for r in result}) == 1
         assert {r["MEGASCALE_NUM_SLICES"] for r in result} == {str(n_slices)}
         assert [r["MEGASCALE_SLICE_ID"] for r in result] == [str(s) for s in range(n_slices) for _ in range(per)]
+        assert {r["MEGASCALE_PORT"] for r in result} == {str(megascale_port)}
 
 
 _MARKER = re.compile(r"a\d+-s\d+-h\d+")
@@ -272,6 +281,13 @@ class ProviderConformance:
         assert not pending, f"{len(pending)} of {len(runs)} runs never reported an outcome"
         return out
 
+    def start_one_slice(
+        self, provider: SliceProvider, tpu: str, monotonic: Callable[[], float], entrypoint: Entrypoint
+    ) -> tuple[list[SliceLease], list[HostRun]]:
+        """Acquire one slice of ``tpu`` and start ``entrypoint`` on every host of it."""
+        leases = self.acquire(provider, ResourceConfig.with_tpu(tpu), [1], monotonic)
+        return leases, self.start_all(provider, leases, entrypoint)
+
     def stop(self, provider: SliceProvider, runs: list[HostRun], leases: list[SliceLease]) -> None:
         provider.cancel(runs)
         try:
@@ -316,8 +332,7 @@ class ProviderConformance:
         monotonic: Callable[[], float],
         tmp_path: Path,
     ) -> None:
-        leases = self.acquire(provider, ResourceConfig.with_tpu(tpu), [1], monotonic)
-        runs = self.start_all(provider, leases, entry(fail_on_host0, str(tmp_path)))
+        leases, runs = self.start_one_slice(provider, tpu, monotonic, entry(fail_on_host0, str(tmp_path)))
         assert len(runs) == get_tpu_spec(tpu).hosts
         outcomes = self.collect(provider, runs)
         kinds = {o.run.host_index: o.kind for o in outcomes}
@@ -335,8 +350,7 @@ class ProviderConformance:
         monotonic: Callable[[], float],
         tmp_path: Path,
     ) -> None:
-        leases = self.acquire(provider, ResourceConfig.with_tpu(tpu), [1], monotonic)
-        runs = self.start_all(provider, leases, entry(hang, str(tmp_path)))
+        leases, runs = self.start_one_slice(provider, tpu, monotonic, entry(hang, str(tmp_path)))
         assert list(provider.wait_any(runs, 0.2)) == []
         self.stop(provider, runs, leases)
 
@@ -351,8 +365,7 @@ class ProviderConformance:
         processes: bool,
         grace: float | None,
     ) -> None:
-        leases = self.acquire(provider, ResourceConfig.with_tpu(tpu), [1], monotonic)
-        runs = self.start_all(provider, leases, entry(hang, str(tmp_path)))
+        leases, runs = self.start_one_slice(provider, tpu, monotonic, entry(hang, str(tmp_path)))
         if processes:
             wait_for(lambda: len(_markers(tmp_path, 0)) == len(runs), timeout=self.TIMEOUT, what="every host to run")
         provider.cancel(runs, grace=grace)
@@ -454,53 +467,63 @@ class ClusterConformance:
             **kw,
         )
 
+    def run(self, backend: ClusterUnderTest, request: JobRequest, raise_on_failure: bool = False) -> JobInfo:
+        """Launch ``request`` and wait for it to end."""
+        job_id = backend.cluster.launch(request)
+        return backend.cluster.wait(job_id, timeout=self.TIMEOUT, raise_on_failure=raise_on_failure)
+
+    def succeeded(self, backend: ClusterUnderTest, info: JobInfo, n_slices: int, attempt: int = 0) -> None:
+        """The job SUCCEEDED with the hosts of ``n_slices`` slices of its attempt ``attempt`` (:func:`check_hosts`)."""
+        assert info.status == JobStatus.SUCCEEDED, info.error
+        check_hosts(info.result, n_slices, attempt, backend.tpu)
+
+    def wait_started(self, marker_dir: Path, n: int, attempt: int = 0, what: str = "the hosts to start") -> None:
+        """Wait until ``n`` hosts of ``attempt`` run the user's code (they marked ``marker_dir``)."""
+        wait_for(lambda: len(_markers(marker_dir, attempt)) == n, timeout=self.TIMEOUT, what=what)
+
+    def wait_hosts_dead(self, marker_dir: Path, attempt: int = 0, whose: str = "") -> None:
+        """Wait until every host of ``attempt`` that marked ``marker_dir`` is gone."""
+        for m in _markers(marker_dir, attempt):
+            pid = int(m.read_text())
+            wait_for(lambda pid=pid: not pid_alive(pid), timeout=self.TIMEOUT, what=f"host {m.name}{whose} to die")
+
     def _preempt(self, backend: ClusterUnderTest) -> Callable[..., None]:
         if backend.preempt is None:
             pytest.skip("this backend cannot preempt a slice on demand")
         return backend.preempt
 
     def test_single_slice_simple_run(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
-        job_id = backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path))
-        info = backend.cluster.wait(job_id, timeout=self.TIMEOUT, raise_on_failure=True)
-        check_hosts(info.result, 1, 0, backend.tpu)
+        info = self.run(backend, self.tpu_job(backend, host_info, tmp_path), raise_on_failure=True)
+        self.succeeded(backend, info, 1)
         assert [a.outcome.value for a in info.attempts] == ["SUCCEEDED"]
 
     def test_single_slice_run_twice(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         for _ in range(2):  # the slice is released after the first job
-            info = backend.cluster.wait(
-                backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path)), timeout=self.TIMEOUT
-            )
-            assert info.status == JobStatus.SUCCEEDED
-            check_hosts(info.result, 1, 0, backend.tpu)
+            self.succeeded(backend, self.run(backend, self.tpu_job(backend, host_info, tmp_path)), 1)
 
     def test_multislice_simple_run(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
-        info = backend.cluster.wait(
-            backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path, slices=2)), timeout=self.TIMEOUT
-        )
-        assert info.status == JobStatus.SUCCEEDED, info.error
-        check_hosts(info.result, 2, 0, backend.tpu)
+        info = self.run(backend, self.tpu_job(backend, host_info, tmp_path, slices=2))
+        self.succeeded(backend, info, 2)
         assert len(info.attempts[0].slices) == 2
 
     def test_multislice_fail_once_recomputes_env(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         job = self.tpu_job(backend, fail_on_slice0_first_attempt, tmp_path, slices=2, max_retries_failure=1)
-        info = backend.cluster.wait(backend.cluster.launch(job), timeout=self.TIMEOUT)
-        assert info.status == JobStatus.SUCCEEDED, info.error
+        info = self.run(backend, job)
+        self.succeeded(backend, info, 2, attempt=1)
         assert [a.outcome.value for a in info.attempts] == ["FAILED", "SUCCEEDED"]
         assert "RuntimeError: slice 0 host 0 failed in attempt 0" in info.attempts[0].cause
-        check_hosts(info.result, 2, 1, backend.tpu)
 
     def test_multislice_one_slice_always_fails(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
-        job = self.tpu_job(backend, always_fail_on_slice1, tmp_path, slices=2, max_retries_failure=2)
-        info = backend.cluster.wait(backend.cluster.launch(job), timeout=self.TIMEOUT)
+        info = self.run(
+            backend, self.tpu_job(backend, always_fail_on_slice1, tmp_path, slices=2, max_retries_failure=2)
+        )
         assert info.status == JobStatus.FAILED
         assert [a.outcome.value for a in info.attempts] == ["FAILED"] * 3 and info.failures == 3
         assert all("ValueError: slice 1 is broken" in a.cause for a in info.attempts)
         assert "failed 3 time(s), max_retries_failure=2" in info.error
 
     def test_single_slice_catches_failure(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
-        info = backend.cluster.wait(
-            backend.cluster.launch(self.tpu_job(backend, always_fail, tmp_path)), timeout=self.TIMEOUT
-        )
+        info = self.run(backend, self.tpu_job(backend, always_fail, tmp_path))
         assert info.status == JobStatus.FAILED and info.failures == 1 and info.preemptions == 0
         assert "ValueError: this function always fails" in info.attempts[0].cause
         assert "Traceback" in info.attempts[0].cause and "always_fail" in info.attempts[0].cause
@@ -511,33 +534,24 @@ class ClusterConformance:
             self.tpu_job(backend, run_until_released, tmp_path, slices=2, max_retries_preemption=2)
         )
         n = 2 * get_tpu_spec(backend.tpu).hosts
-        wait_for(lambda: len(_markers(tmp_path, 0)) == n, what=f"all {n} hosts of attempt 0 to start")
+        self.wait_started(tmp_path, n, 0, what=f"all {n} hosts of attempt 0 to start")
         victim = backend.cluster.poll(job_id).attempts[0].slices[1]
         preempt(victim, restore_after=0.0)
-        wait_for(
-            lambda: len(_markers(tmp_path, 1)) == n, timeout=self.TIMEOUT, what=f"all {n} hosts of attempt 1 to start"
-        )
+        self.wait_started(tmp_path, n, 1, what=f"all {n} hosts of attempt 1 to start")
         (tmp_path / "release-a1").touch()
         info = backend.cluster.wait(job_id, timeout=self.TIMEOUT)
-        assert info.status == JobStatus.SUCCEEDED, info.error
+        self.succeeded(backend, info, 2, attempt=1)
         assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "SUCCEEDED"]
         assert info.preemptions == 1 and info.failures == 0
-        check_hosts(info.result, 2, 1, backend.tpu)
         # every host of the preempted attempt is gone, the surviving slice's included (all-or-nothing)
-        for m in _markers(tmp_path, 0):
-            pid = int(m.read_text())
-            wait_for(lambda pid=pid: not pid_alive(pid), what=f"host {m.name} of the preempted attempt to die")
+        self.wait_hosts_dead(tmp_path, 0, " of the preempted attempt")
 
     def test_preemption_budget_exhausted(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         preempt = self._preempt(backend)
         job_id = backend.cluster.launch(self.tpu_job(backend, run_until_released, tmp_path, max_retries_preemption=1))
         n = get_tpu_spec(backend.tpu).hosts
         for attempt in (0, 1):
-            wait_for(
-                lambda a=attempt: len(_markers(tmp_path, a)) == n,
-                timeout=self.TIMEOUT,
-                what=f"attempt {attempt} to start",
-            )
+            self.wait_started(tmp_path, n, attempt, what=f"attempt {attempt} to start")
             preempt(backend.cluster.poll(job_id).attempts[attempt].slices[0], restore_after=0.0)
         info = backend.cluster.wait(job_id, timeout=self.TIMEOUT)
         assert info.status == JobStatus.FAILED
@@ -551,42 +565,27 @@ class ClusterConformance:
         # "largest that fits" is judged at acquire time: start from a fleet whose 2 slices are both free
         # (an earlier test's preempted slice may still be coming back)
         wait_for(backend.all_free, timeout=self.TIMEOUT, what="both slices to be free")
-        info = backend.cluster.wait(
-            backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path, slices=[1, 2])), timeout=self.TIMEOUT
-        )
-        assert info.status == JobStatus.SUCCEEDED
-        check_hosts(info.result, 2, 0, backend.tpu)
+        self.succeeded(backend, self.run(backend, self.tpu_job(backend, host_info, tmp_path, slices=[1, 2])), 2)
         if not backend.fixed_capacity:
             return
         # with one slice held by another job, [1, 2] runs on the one that is left
         blocker_dir = tmp_path / "blocker"
         blocker_dir.mkdir()
         blocker = backend.cluster.launch(self.tpu_job(backend, run_until_released, blocker_dir))
-        n = get_tpu_spec(backend.tpu).hosts
-        wait_for(lambda: len(_markers(blocker_dir, 0)) == n, what="the blocker to hold a slice")
-        info = backend.cluster.wait(
-            backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path, slices=[1, 2])), timeout=self.TIMEOUT
-        )
-        assert info.status == JobStatus.SUCCEEDED
-        check_hosts(info.result, 1, 0, backend.tpu)
+        self.wait_started(blocker_dir, get_tpu_spec(backend.tpu).hosts, what="the blocker to hold a slice")
+        self.succeeded(backend, self.run(backend, self.tpu_job(backend, host_info, tmp_path, slices=[1, 2])), 1)
         (blocker_dir / "release-a0").touch()
         assert backend.cluster.wait(blocker, timeout=self.TIMEOUT).status == JobStatus.SUCCEEDED
 
     def test_terminate_stops_every_host_and_frees_capacity(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         job_id = backend.cluster.launch(self.tpu_job(backend, run_until_released, tmp_path, slices=2))
-        n = 2 * get_tpu_spec(backend.tpu).hosts
-        wait_for(lambda: len(_markers(tmp_path, 0)) == n, what="all hosts to start")
+        self.wait_started(tmp_path, 2 * get_tpu_spec(backend.tpu).hosts, what="all hosts to start")
         backend.cluster.terminate(job_id)
         info = backend.cluster.wait(job_id, timeout=60)
         assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
-        for m in _markers(tmp_path, 0):
-            pid = int(m.read_text())
-            wait_for(lambda pid=pid: not pid_alive(pid), what=f"host {m.name} to die")
+        self.wait_hosts_dead(tmp_path, 0)
         # both slices are free again: a 2-slice job runs at once
-        again = backend.cluster.wait(
-            backend.cluster.launch(self.tpu_job(backend, host_info, tmp_path, slices=2)), timeout=self.TIMEOUT
-        )
-        assert again.status == JobStatus.SUCCEEDED
+        assert self.run(backend, self.tpu_job(backend, host_info, tmp_path, slices=2)).status == JobStatus.SUCCEEDED
 
     def test_bad_input_fails_at_launch(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=r"TpuConfig.type: unknown TPU type 'v4-15'"):
@@ -603,16 +602,16 @@ class ClusterConformance:
 
     def test_cpu_replicas_and_binaries(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
         req = JobRequest(name="cpu", entrypoint=Entrypoint(callable=host_info), resources=ResourceConfig(replicas=3))
-        info = backend.cluster.wait(backend.cluster.launch(req), timeout=self.TIMEOUT)
+        info = self.run(backend, req)
         assert info.status == JobStatus.SUCCEEDED
         assert [r["FRAY_REPLICA_ID"] for r in info.result] == ["0", "1", "2"]
         assert not any(k.startswith(("TPU_", "MEGASCALE_")) for r in info.result for k in r)
         bad = JobRequest(name="bin", entrypoint=Entrypoint.from_binary("sh", ["-c", "echo to-stderr >&2; exit 4"]))
-        info = backend.cluster.wait(backend.cluster.launch(bad), timeout=self.TIMEOUT)
+        info = self.run(backend, bad)
         assert info.status == JobStatus.FAILED and "exit code 4" in info.attempts[0].cause
         assert "to-stderr" in info.attempts[0].cause
         killed = JobRequest(name="killed", entrypoint=Entrypoint.from_binary("sh", ["-c", "kill -9 $$"]))
-        info = backend.cluster.wait(backend.cluster.launch(killed), timeout=self.TIMEOUT)
+        info = self.run(backend, killed)
         assert info.status == JobStatus.FAILED and "killed by SIGKILL" in info.attempts[0].cause  # named, not a number
 
     def test_env_vars_reach_every_host(self, backend: ClusterUnderTest, tmp_path: Path) -> None:
@@ -622,7 +621,7 @@ class ClusterConformance:
             resources=ResourceConfig.with_tpu(backend.tpu),
             environment=create_environment(env_vars={"FRAY_TEST_FLAG": "on", "WANDB_MODE": "offline"}),
         )
-        info = backend.cluster.wait(backend.cluster.launch(req), timeout=self.TIMEOUT, raise_on_failure=True)
+        info = self.run(backend, req, raise_on_failure=True)
         assert [r.get("FRAY_TEST_FLAG") for r in info.result] == ["on"] * get_tpu_spec(backend.tpu).hosts
         assert all(r.get("FRAY_JOB_ID") == info.job_id for r in info.result)
 
@@ -631,7 +630,7 @@ class ClusterConformance:
     ) -> None:
         job_id = backend.cluster.launch(self.tpu_job(backend, run_until_released, tmp_path))
         assert job_id in [i.job_id for i in backend.cluster.list_jobs()]  # recorded at launch
-        wait_for(lambda: len(_markers(tmp_path, 0)) == get_tpu_spec(backend.tpu).hosts, what="the job's hosts to start")
+        self.wait_started(tmp_path, get_tpu_spec(backend.tpu).hosts, what="the job's hosts to start")
         # RUNNING once every host reported in (on Ray the report reaches the runner a moment after the marker)
         wait_for(lambda: backend.cluster.poll(job_id).status == JobStatus.RUNNING, what="the job to be RUNNING")
         if backend.spec is not None:
@@ -654,8 +653,6 @@ class ClusterConformance:
             seen = json.loads(out.stdout.strip().splitlines()[-1])
             assert seen == {"status": "RUNNING", "slices": backend.cluster.poll(job_id).attempts[-1].slices}
         (tmp_path / "release-a0").touch()
-        info = backend.cluster.wait(job_id, timeout=self.TIMEOUT)
-        assert info.status == JobStatus.SUCCEEDED
-        check_hosts(info.result, 1, 0, backend.tpu)
+        self.succeeded(backend, backend.cluster.wait(job_id, timeout=self.TIMEOUT), 1)
         listed = {i.job_id: i for i in backend.cluster.list_jobs()}
         assert listed[job_id].status == JobStatus.SUCCEEDED and len(listed[job_id].attempts) == 1
