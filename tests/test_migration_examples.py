@@ -23,6 +23,8 @@ EXPECTED: dict[str, list[str]] = {
     # slice 1 is preempted in attempt 0: every host's result comes from attempt 1
     "levanter_run_on_pod.py": [f"attempt 1 slice {s} host {h}" for s in range(2) for h in range(2)],
     "marin_fray_v1.py": ["shard 0/2 JAX_PLATFORMS=cpu", "shard 1/2 JAX_PLATFORMS=cpu", "actor count: 3"],
+    # attempt 0 times out (a preemption to levanter) after its checkpoint; max_retries_failure=0 still succeeds
+    "levanter_resumable_script.py": ["host 0 resumed at step 50, finished at step 100"],
     "levanter_native.py": ["attempts: 0:FAILED, 1:SUCCEEDED"]
     + [f"host {h} of v4-16-{s} (2 slices)" for s in range(2) for h in range(2)],
 }
