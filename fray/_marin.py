@@ -3,12 +3,59 @@
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from fray_core.cluster import Cluster, cluster_from_spec
 from fray_core.context import _DEFAULT, JobContext
+from fray_core.tpu import get_tpu_spec, tpu_types
 
-__all__ = ["RayContext", "SimpleActor", "create_cluster", "set_job_ctx"]
+__all__ = [
+    "TPU_TOPOLOGIES",
+    "DeviceKind",
+    "GpuType",
+    "RayContext",
+    "SimpleActor",
+    "TpuTopologyInfo",
+    "TpuType",
+    "create_cluster",
+    "get_tpu_topology",
+    "set_job_ctx",
+]
+
+#: marin's device kinds (``ResourceConfig.device.kind``)
+DeviceKind = Literal["cpu", "gpu", "tpu"]
+#: every TPU type Fray's catalog knows (marin listed v4, v5litepod, v5p and v6e by hand)
+TpuType = Literal[tuple(tpu_types())]  # type: ignore[valid-type]
+#: the GPU types marin named; Fray's GpuConfig takes any type string
+GpuType = Literal["A10", "A100-40G", "A100-80G", "A10G", "B100", "H100", "H200", "L4", "RTX3090", "T4", "V100", "auto"]
+
+
+@dataclass(frozen=True)
+class TpuTopologyInfo:
+    """marin's description of a TPU type: ``chip_count`` chips on ``vm_count`` VMs of ``chips_per_vm``.
+    From Fray's catalog; ``host_count`` is ``vm_count`` (marin counted 2 VMs per host for v5litepod-16+).
+
+    >>> get_tpu_topology("v4-32")
+    TpuTopologyInfo(name='v4-32', chip_count=16, host_count=4, vm_count=4, chips_per_vm=4)
+    """
+
+    name: str
+    chip_count: int
+    host_count: int
+    vm_count: int
+    chips_per_vm: int
+
+
+def get_tpu_topology(tpu_type: str) -> TpuTopologyInfo:
+    """marin's ``get_tpu_topology``: the topology of ``tpu_type``; ``ValueError`` (naming the nearest types)
+    when it is unknown."""
+    spec = get_tpu_spec(tpu_type)
+    return TpuTopologyInfo(spec.name, spec.chips, spec.hosts, spec.hosts, spec.chips_per_host)
+
+
+#: every TPU type's topology, in the catalog's order
+TPU_TOPOLOGIES: list[TpuTopologyInfo] = [get_tpu_topology(t) for t in tpu_types()]
 
 
 def create_cluster(cluster_spec: str) -> Cluster:

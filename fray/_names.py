@@ -6,6 +6,12 @@ from __future__ import annotations
 CLUSTER: dict[str, str] = {
     "Cluster": "fray_core.cluster",
     "CpuConfig": "fray_core.types",
+    "DeviceKind": "fray._marin",
+    "GpuType": "fray._marin",
+    "TPU_TOPOLOGIES": "fray._marin",
+    "TpuTopologyInfo": "fray._marin",
+    "TpuType": "fray._marin",
+    "get_tpu_topology": "fray._marin",
     "DeviceConfig": "fray_core.types",
     "Entrypoint": "fray_core.types",
     "EnvironmentConfig": "fray_core.types",

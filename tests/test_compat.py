@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fray_core import CpuConfig, GpuConfig, JobFailedError, TpuConfig, using_cluster
+from fray_core import CpuConfig, GpuConfig, JobFailedError, ResourceConfig, TpuConfig, using_cluster
 from fray_core.compat import levanter as lev
 from fray_core.compat.levanter import (
     PodJobError,
@@ -136,6 +136,7 @@ def test_signatures_match_levanter() -> None:
         "num_slices",
         "max_retries_preemption",
         "max_retries_failure",
+        "runtime_env",  # marin's later keyword
     ]
     assert sig.parameters["num_slices"].kind is inspect.Parameter.KEYWORD_ONLY
     assert (sig.parameters["num_slices"].default, sig.parameters["max_retries_preemption"].default) == (1, 10000)
@@ -288,6 +289,85 @@ def test_ray_remote_function_is_accepted(local_cluster: LocalCluster) -> None:
     assert not ray.is_initialized()
 
 
+def test_runtime_env_keyword_replaces_the_functions_own(local_cluster: LocalCluster) -> None:
+    # marin's later run_on_pod(..., runtime_env=...): Ray lost the function's own runtime_env on the way
+    fake = _FakeRemoteFunction(host_env, max_calls=1, runtime_env={"env_vars": {"COMPAT_FLAG": "own"}})
+    result = run_on_pod(fake, TPU, runtime_env={"env_vars": {"COMPAT_FLAG": "explicit"}})  # type: ignore[arg-type]
+    assert [r["COMPAT_FLAG"] for r in result] == ["explicit", "explicit"]
+
+
+# marin's lib/levanter levanter/infra/ray_tpu.py re-exported these from fray.cluster.ray.tpu (the rest of that
+# module, its docker helpers, needs levanter's own dependencies): with Fray installed as ``fray`` it delegates here
+MARIN_LEVANTER_RAY_TPU = """
+from fray.cluster.ray.tpu import (
+    HEALTH_CHECK_TIMEOUT, START_ACTOR_TIMEOUT, TPU_CONFIGS, MultisliceInfo, ResourcePoolManager, SliceActor,
+    SliceInfo, SlicePoolManager, TPUConfig, TPUHostActor, TPUHostInfo, TpuCancelled, TpuFailed, TpuPreempted,
+    TpuRunError, TpuSuccess, get_current_tpu_is_preempted, get_tpu_config, run_on_pod, run_on_pod_multislice,
+    run_on_pod_multislice_resumable, run_on_pod_ray, run_on_pod_resumable,
+)
+"""
+
+
+def test_a_levanter_script_runs_through_marins_levanter_module(tmp_path: Path) -> None:
+    """The levanter script of examples/migration, with levanter's own import line, through a levanter whose
+    ``levanter.infra.ray_tpu`` delegates to ``fray.cluster.ray.tpu`` (marin's): it runs unchanged."""
+    pkg = tmp_path / "site" / "levanter" / "infra"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ray_tpu.py").write_text(MARIN_LEVANTER_RAY_TPU)
+    example = Path(__file__).resolve().parent.parent / "examples" / "migration" / "levanter_resumable_script.py"
+    source = example.read_text()
+    marin_import = "from fray.cluster.ray.tpu import run_on_pod_resumable"
+    assert marin_import in source
+    script = tmp_path / "train.py"
+    script.write_text(source.replace(marin_import, "from levanter.infra.ray_tpu import run_on_pod_resumable"))
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), env.get("PYTHONPATH", "")])
+    env["FRAY_JOBS_DIR"] = str(tmp_path / "jobs")
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["host 0 resumed at step 50, finished at step 100"]
+
+
+def test_a_script_with_ray_address_goes_to_that_ray_cluster(tmp_path: Path) -> None:
+    # levanter's ray.get connected to $RAY_ADDRESS by itself: a script submitted with `ray job submit` must
+    # reach that cluster (here: nothing listens, so it fails naming it), not run on simulated local slices
+    code = "from fray_core.compat.levanter import run_on_pod_resumable; print(run_on_pod_resumable(int, 'v4-8'))"
+    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    env.update(RAY_ADDRESS="127.0.0.1:1", FRAY_JOBS_DIR=str(tmp_path / "jobs"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "RayConnectionError: cannot reach the Ray cluster at 127.0.0.1:1" in out.stderr
+    env["FRAY_CLUSTER_SPEC"] = "local"  # a cluster chosen explicitly wins
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_marins_tpu_module_names() -> None:
+    from fray.cluster.ray import tpu
+    from fray.cluster.ray.resources import accelerator_descriptor, as_remote_kwargs
+    from fray.v1.cluster.ray import tpu as tpu_v1
+
+    assert tpu_v1.run_on_pod_resumable is run_on_pod_resumable and tpu.run_on_pod is run_on_pod
+    # marin's table, for the types whose VMs it counted as hosts
+    for row in [("v4-32", 16, 4, 4, 4), ("v5p-12288", 6144, 1536, 1536, 4), ("v6e-16", 16, 4, 4, 4)]:
+        assert tpu.get_tpu_config(row[0]) == tpu.TPUConfig(*row)
+    assert tpu.get_tpu_config("v5litepod-16").vm_count == 4 and "v5litepod-256" in {c.name for c in tpu.TPU_CONFIGS}
+    with pytest.raises(ValueError, match="unknown TPU type"):
+        tpu.get_tpu_config("v4-7")
+    for replaced in (tpu.SliceActor, tpu.TPUHostActor, tpu.SlicePoolManager, tpu.ResourcePoolManager):
+        with pytest.raises(NotImplementedError, match="Fray replaces"):
+            replaced()
+        with pytest.raises(NotImplementedError, match=replaced.__name__):
+            replaced.remote()
+    assert tpu.TpuPreempted(TimeoutError("x")).error.args == ("x",) and tpu.MultisliceInfo("h", 0, 2).port == 8081
+    assert as_remote_kwargs(ResourceConfig.with_tpu("v4-8")) == {"num_cpus": 8}
+    assert as_remote_kwargs(ResourceConfig.with_gpu(count=2)) == {"num_gpus": 2}
+    assert accelerator_descriptor(ResourceConfig()) is None
+
+
 def test_user_exception_class_lookup() -> None:
     cause = (
         "failed on slice 0 (v4-16-0) host 0: KeyError: 'x'\nTraceback (most recent call last):\n  File "
@@ -358,6 +438,24 @@ def test_ray_remote_variable_multislice_on_ray(on_ray: Any) -> None:
 
 
 @pytest.mark.ray
+def test_run_on_pod_ray_is_an_object_ref(on_ray: Any) -> None:
+    # marin's ray.get(run_on_pod_ray.remote(fn, tpu_type, num_slices)): run_on_pod in a Ray task, on the
+    # Ray cluster that task runs on
+    import ray
+
+    from fray.cluster.ray.tpu import run_on_pod_ray
+
+    def where() -> str:  # nested: Ray ships it by value (this test module is not importable on the workers)
+        import os
+
+        return f"{os.environ['MEGASCALE_SLICE_ID']}/{os.environ['TPU_WORKER_ID']}"
+
+    ref = run_on_pod_ray.remote(ray.remote(max_calls=1)(where), TPU, 2)
+    assert isinstance(ref, ray.ObjectRef)
+    assert ray.get(ref, timeout=120) == ["0/0", "0/1", "1/0", "1/1"]
+
+
+@pytest.mark.ray
 def test_fail_once_then_succeed_on_ray(on_ray: Any) -> None:
     check_hosts(run_on_pod(fail_first_attempt, TPU, max_retries_failure=1), 1, attempt=1)
 
@@ -389,21 +487,45 @@ def test_multislice_fail_once_on_ray(on_ray: Any) -> None:
 
 
 @pytest.mark.ray
-def test_timeout_is_a_preemption_on_ray(on_ray: Any, tmp_path: Path) -> None:
-    # levanter's test_single_slice_handles_preemption, both halves
-    (tmp_path / "a").mkdir()
-    with pytest.raises(RuntimeError, match="preempted too many times"):
-        run_on_pod(
-            functools.partial(times_out_until, str(tmp_path / "a"), 4),
-            TPU,
-            max_retries_failure=1,
-            max_retries_preemption=2,
-        )
-    (tmp_path / "b").mkdir()
-    result = run_on_pod(
-        functools.partial(times_out_until, str(tmp_path / "b"), 2), TPU, max_retries_failure=0, max_retries_preemption=2
-    )
-    check_hosts(result, 1, attempt=1)
+def test_timeout_is_a_preemption_on_ray(on_ray: Any) -> None:
+    # levanter's test_single_slice_handles_preemption, as levanter writes it: a Ray actor counts the calls and
+    # raises TimeoutError (a preemption to levanter) until the n-th; the hosts call it with ray.get
+    import ray
+
+    @ray.remote
+    class PreemptionCountingActor:
+        """Actor to count calls to a preemptible function."""
+
+        def __init__(self, fn_id: str, preempt_until_n_calls: int):
+            self.fn_id = fn_id
+            self.preempt_until_n_calls = preempt_until_n_calls
+            self.call_count = 0
+
+        def run(self):
+            self.call_count += 1
+            if self.call_count < self.preempt_until_n_calls:
+                raise TimeoutError("Simulated preemption via TimeoutError")
+            return self.call_count
+
+    actor = PreemptionCountingActor.remote("preemptible_fn", preempt_until_n_calls=4)
+
+    # the emulated slices have 2 hosts (levanter's test used 1-host v4-8): host 0 calls the actor
+    @ray.remote(max_calls=1)
+    def preempted_until_n():
+        return ray.get(actor.run.remote()) if os.environ["TPU_WORKER_ID"] == "0" else 0
+
+    with pytest.raises(RuntimeError) as excinfo:
+        run_on_pod(preempted_until_n, "v4-16", num_slices=1, max_retries_failure=1, max_retries_preemption=2)
+    assert "preempted too many times" in str(excinfo.value), excinfo.value
+
+    actor = PreemptionCountingActor.remote("preemptible_fn_always", preempt_until_n_calls=2)
+
+    @ray.remote(max_calls=1)
+    def preempted_always():
+        return ray.get(actor.run.remote()) if os.environ["TPU_WORKER_ID"] == "0" else 0
+
+    results = run_on_pod(preempted_always, "v4-16", num_slices=1, max_retries_failure=0, max_retries_preemption=2)
+    assert results == [2, 0]  # the second attempt's call
 
 
 @pytest.mark.ray

@@ -165,7 +165,8 @@ def _exec_script(path: Path, argv: list[str]) -> None:
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    # the compat run_on_pod follows $RAY_ADDRESS, as levanter did: not the developer's cluster
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
     env["FRAY_JOBS_DIR"] = str(tmp / "jobs")
     env["PATH"] = f"{_bin_dir(tmp)}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)

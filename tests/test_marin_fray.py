@@ -537,3 +537,125 @@ def test_ray_gpu_request_does_not_force_cpu_jax_platforms():
 def test_ray_tpu_request_does_not_force_cpu_jax_platforms():
     options = _apply_default_jax_platforms({"resources": {"TPU": 4}})
     assert "runtime_env" not in options
+
+
+# ------------------------------------------------- copied: marin lib/fray/tests/test_isolated_env.py
+# at 030ee1534a84 (imports as marin wrote them). Adapted: test_package_installation installs `six` from an
+# index, which needs uv or pip with network (skipped without); test_multiple_processes_cleanup's
+# time.sleep(0.5) is gone (JobGroup reaps what it kills before the block exits).
+
+import shutil  # noqa: E402
+
+from fray.isolated_env import TemporaryVenv  # noqa: E402
+
+
+def test_venv_creation():
+    """Test basic venv creation and cleanup."""
+    venv_path = None
+    with TemporaryVenv() as venv:
+        venv_path = venv.venv_path
+        assert os.path.exists(venv_path)
+        assert os.path.exists(venv.python_path)
+        assert os.path.exists(venv.bin_path)
+        assert venv.python_path == os.path.join(venv_path, "bin", "python")
+        assert venv.bin_path == os.path.join(venv_path, "bin")
+    assert not os.path.exists(venv_path)
+
+
+def test_environment_with_base():
+    with TemporaryVenv() as venv:
+        base_env = {"CUSTOM_VAR": "value", "PATH": "/custom/path"}
+        env = venv.get_env(base_env=base_env)
+        assert env["VIRTUAL_ENV"] == venv.venv_path
+        assert env["CUSTOM_VAR"] == "value"
+        assert venv.bin_path in env["PATH"]
+        assert "/custom/path" in env["PATH"]
+
+
+def test_run_blocking():
+    with TemporaryVenv() as venv:
+        result = venv.run([venv.python_path, "--version"], capture_output=True, text=True)
+        assert result.returncode == 0
+        assert "Python" in result.stdout
+
+
+def test_run_blocking_with_error():
+    with TemporaryVenv() as venv:
+        with pytest.raises(subprocess.CalledProcessError):
+            venv.run([venv.python_path, "-c", "import sys; sys.exit(1)"])
+
+
+def test_run_blocking_no_check():
+    with TemporaryVenv() as venv:
+        result = venv.run([venv.python_path, "-c", "import sys; sys.exit(1)"], check=False)
+        assert result.returncode == 1
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="installs `six` from an index: needs uv (and network)")
+def test_package_installation():
+    with TemporaryVenv(pip_install_args=["six"]) as venv:
+        result = venv.run(
+            [venv.python_path, "-c", "import six; print(six.__version__)"],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0
+        assert len(result.stdout.strip()) > 0
+
+
+def test_multiple_processes_cleanup():
+    venv = TemporaryVenv()
+    processes = []
+    with venv:
+        for _ in range(3):
+            proc = venv.run_async([venv.python_path, "-c", "import time; time.sleep(100)"])
+            processes.append(proc)
+
+    for proc in processes:
+        print(proc, proc.poll())
+        assert proc.poll() is not None
+
+
+# ------------------------------------------------------------ marin names beyond its own tests
+
+
+def test_job_group_kills_what_is_still_running_with_its_children(tmp_path: Any) -> None:
+    from fray.isolated_env import JobGroup
+
+    with pytest.raises(RuntimeError, match="must be entered"):
+        JobGroup().run(["true"])
+    pidfile = tmp_path / "grandchild"
+    with JobGroup(cwd=str(tmp_path)) as jobs:
+        assert jobs.run(["pwd"], capture_output=True, text=True).stdout.strip() == str(tmp_path)
+        done = jobs.run_async(["true"])
+        done.wait(timeout=30)
+        parent = jobs.run_async(["sh", "-c", f"sleep 100 & echo $! > {pidfile}; wait"])
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        grandchild = int(pidfile.read_text())
+    assert parent.poll() is not None and done.returncode == 0
+    deadline = time.monotonic() + 10  # the killed grandchild is reaped by init, not by us
+    while os.path.exists(f"/proc/{grandchild}") and time.monotonic() < deadline:
+        with open(f"/proc/{grandchild}/stat") as f:
+            if f.read().split(") ")[-1].startswith("Z"):
+                break
+        time.sleep(0.02)
+    else:
+        assert not os.path.exists(f"/proc/{grandchild}"), "the command's child outlived the group"
+
+
+def test_tpu_topology_names() -> None:
+    import typing
+
+    from fray.cluster import TPU_TOPOLOGIES, DeviceKind, TpuTopologyInfo, TpuType, get_tpu_topology
+    from fray.v1.cluster.ray.tpu import get_tpu_config
+
+    # marin's table, where it counted VMs as hosts
+    assert get_tpu_topology("v4-8") == TpuTopologyInfo("v4-8", 4, 1, 1, 4)
+    assert get_tpu_topology("v6e-256") == TpuTopologyInfo("v6e-256", 256, 64, 64, 4)
+    assert {t.name for t in TPU_TOPOLOGIES} == set(typing.get_args(TpuType)) >= {"v5litepod-16", "v5p-8192"}
+    assert get_tpu_config("v5p-16").chip_count == get_tpu_topology("v5p-16").chip_count == 8
+    assert typing.get_args(DeviceKind) == ("cpu", "gpu", "tpu")
+    with pytest.raises(ValueError, match="v4-7"):
+        get_tpu_topology("v4-7")

@@ -23,6 +23,8 @@ EXPECTED: dict[str, list[str]] = {
     # slice 1 is preempted in attempt 0: every host's result comes from attempt 1
     "levanter_run_on_pod.py": [f"attempt 1 slice {s} host {h}" for s in range(2) for h in range(2)],
     "marin_fray_v1.py": ["shard 0/2 JAX_PLATFORMS=cpu", "shard 1/2 JAX_PLATFORMS=cpu", "actor count: 3"],
+    # attempt 0 times out (a preemption to levanter) after its checkpoint; max_retries_failure=0 still succeeds
+    "levanter_resumable_script.py": ["host 0 resumed at step 50, finished at step 100"],
     "levanter_native.py": ["attempts: 0:FAILED, 1:SUCCEEDED"]
     + [f"host {h} of v4-16-{s} (2 slices)" for s in range(2) for h in range(2)],
 }
@@ -35,7 +37,8 @@ def test_every_example_is_tested() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "FRAY_CLUSTER_SPEC"}
+    # the compat run_on_pod follows $RAY_ADDRESS, as levanter did: not the developer's cluster
+    env = {k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}
     env["FRAY_JOBS_DIR"] = str(tmp_path / "jobs")
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / name)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180

@@ -9,7 +9,8 @@ A call site changes only its import::
     # one entry per host, in (slice, host) order: [s0/h0, s0/h1, s1/h0, s1/h1]
 
 Each call is one Fray job (``JobRequest`` with ``TpuConfig(tpu_type)`` and ``replicas=num_slices``)
-launched on ``current_cluster()`` and waited for; the shared gang runner does levanter's loop: whole
+launched on ``current_cluster()`` (or, with ``$RAY_ADDRESS`` set and no cluster chosen, that Ray cluster,
+as levanter's ``ray.get`` connected there) and waited for; the shared gang runner does levanter's loop: whole
 slices all-or-nothing, one process per host, ``MEGASCALE_*`` set for multislice, every host of every
 slice restarted on any failure or preemption, separate budgets (``max_retries_failure=N``: at most N+1
 failed attempts; ``max_retries_preemption=N``: at most N+1 preempted ones, as in levanter).
@@ -44,12 +45,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fray_core.cluster import current_cluster
+from fray_core import cluster as _cluster_mod
+from fray_core.cluster import Cluster, cluster_from_spec, current_cluster
 from fray_core.compat.ray_resources import environment_from_runtime_env
 from fray_core.errors import HostPreempted, JobFailedError, as_user_exception, loaded_exception_class
 from fray_core.request import Entrypoint, JobRequest, ResourceConfig, TpuConfig
@@ -237,6 +241,32 @@ def _error_for(info: JobInfo) -> PodJobError:
     return PodJobError(f"TPU job {info.job_id} ended {info.status.value}: {info.error or 'no error text'}", info, cause)
 
 
+_RAY_ADDRESS_CLUSTERS: dict[str, Cluster] = {}
+_RAY_ADDRESS_LOCK = threading.Lock()
+
+
+def _pod_cluster() -> Cluster:
+    """``current_cluster()``, except that with ``$RAY_ADDRESS`` set and no cluster chosen (no
+    ``using_cluster``/``set_current_cluster``, no ``$FRAY_CLUSTER_SPEC``, not inside Ray) it is that Ray
+    cluster: levanter's ``run_on_pod`` called ``ray.get``, which connects there by itself, so a script
+    submitted with ``ray job submit`` must not fall back to this machine's simulated slices."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    chosen = (
+        _cluster_mod._CURRENT.get() is not None
+        or bool(_cluster_mod._GLOBAL)
+        or bool(os.environ.get("FRAY_CLUSTER_SPEC", "").strip())
+        or _cluster_mod._inside_ray()
+    )
+    if chosen or not address:
+        return current_cluster()
+    with _RAY_ADDRESS_LOCK:
+        cluster = _RAY_ADDRESS_CLUSTERS.get(address)
+        if cluster is None:
+            cluster = cluster_from_spec("ray")  # its address is "auto": $RAY_ADDRESS, as ray.init reads it
+            _RAY_ADDRESS_CLUSTERS[address] = cluster
+        return cluster
+
+
 def run_on_pod(
     remote_fn: Callable[..., Any],
     tpu_type: str,
@@ -244,11 +274,14 @@ def run_on_pod(
     num_slices: int | Sequence[int] = 1,
     max_retries_preemption: int = 10000,
     max_retries_failure: int = 10,
+    runtime_env: dict[str, Any] | None = None,
 ) -> list[Any]:
     """Run ``remote_fn()`` on every host of ``num_slices`` slices of ``tpu_type`` until it succeeds;
     returns its results, one per host, in (slice, host) order.
 
     ``num_slices`` may be a list of acceptable counts (``[1, 2]``: the largest that fits wins).
+    ``runtime_env`` (marin's later keyword) replaces the ``@ray.remote`` function's own ``runtime_env``;
+    its ``env_vars``/``pip``/``uv``/local ``working_dir`` become the job's environment.
     Blocks until the job ends; raises :class:`PodJobError` when a budget is exhausted (on Ray, a failure
     raises ``RayTaskError(UserError)`` as levanter did; see the module docstring).
 
@@ -257,7 +290,8 @@ def run_on_pod(
     """
     counts = _validate_num_slices(num_slices)
     fn, options = unwrap_remote_function(remote_fn)
-    runtime_env = options.get("runtime_env")
+    if runtime_env is None:
+        runtime_env = options.get("runtime_env")
     request = JobRequest(
         name=_job_name(fn, tpu_type),
         entrypoint=Entrypoint(callable=functools.partial(_levanter_host, fn)),
@@ -266,7 +300,7 @@ def run_on_pod(
         max_retries_preemption=_budget("max_retries_preemption", max_retries_preemption),
         max_retries_failure=_budget("max_retries_failure", max_retries_failure),
     )
-    cluster = current_cluster()
+    cluster = _pod_cluster()
     job_id = cluster.launch(request)
     try:
         info = cluster.wait(job_id, raise_on_failure=True)
