@@ -514,3 +514,50 @@ def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:
     assert lines[0] == "[a0 r0] start" and lines[-1] == "[a0 r0] end"
     assert max(len(x) for x in lines) <= MAX_LOG_LINE
     assert sum(len(x) for x in lines[1:-1]) == 8 + (7 << 20)
+
+
+# ------------------------------------------------------------------------- the record names the job's cluster
+
+
+def test_commands_about_a_job_reach_the_cluster_its_record_names(
+    jobs: JobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray status/logs/stop ID`` with no flags, from the machine that launched the job: the default store
+    holds the record, whose ``owner.cluster`` says where the job runs (issue 28: after Ctrl-C of ``fray launch
+    --address HEAD --wait``, the hint ``fray stop ID`` must work as printed). ``--cluster`` still wins."""
+    from fray_core.cluster import register_backend
+    from fray_core.supervisor import RecordCluster
+
+    made: list[dict[str, str]] = []
+
+    class Remote(RecordCluster):
+        """A backend whose jobs run elsewhere: it can be reached only through its spec."""
+
+        def __init__(self, params: dict[str, str]) -> None:
+            made.append(params)
+            self.store = JobStore(params["jobs_dir"])
+
+        def launch(self, request):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        def terminate(self, job_id):  # type: ignore[no-untyped-def]
+            info, _ = self.store.read_info(str(job_id))
+            info.status = JobStatus.STOPPED
+            self.store.write(info)
+
+    register_backend("remote", Remote)
+    info = JobInfo(job_id="remote-1", name="far", status=JobStatus.RUNNING, backend="remote", submitted_at=1.0)
+    jobs.write(info, owner={"cluster": "remote?where=head%3A6379"})
+    with open(jobs.log_path("remote-1"), "ab") as f:
+        f.write(b"[a0 r0] hello from far away\n")
+
+    assert main(["status", "remote-1", "--json"]) == 0
+    assert '"status": "RUNNING"' in capsys.readouterr().out
+    assert made == [{"where": "head:6379", "jobs_dir": jobs.root}]  # the store the record was found in
+    assert main(["logs", "remote-1"]) == 0
+    assert "hello from far away" in capsys.readouterr().out
+    assert main(["--cluster", "local", "stop", "remote-1"]) == 2  # named on the command line: used as given
+    assert "runs on the 'remote' backend" in capsys.readouterr().err
+    assert main(["stop", "remote-1"]) == 0
+    assert capsys.readouterr().out.strip() == "remote-1: STOPPED"
+    assert len(made) == 3

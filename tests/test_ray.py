@@ -202,14 +202,24 @@ def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_clu
     assert gce_preempted(timeout=0.2) is False
 
 
-def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_terminate_from_another_cluster_object(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     job_id = ray_tpu_cluster.cluster.launch(tpu_request(hold, slices=2, marker_dir=str(tmp_path)))
     wait_for(lambda: started(tmp_path, 0) == 4, what="all 4 hosts")
     owner = ray_tpu_cluster.cluster.store.read(job_id)["owner"]  # as the running supervisor wrote it
     assert (owner["address"], owner["cluster"]) == (ray_tpu_cluster.address, f"ray?address={ray_tpu_cluster.address}")
-    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record (the CLI after Ctrl-C)
+    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record
     assert isinstance(other, RayCluster)
-    other.terminate(job_id)
+    # the CLI after Ctrl-C: `fray stop ID` with no flags, no cluster in the environment (the default is local)
+    for var in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("FRAY_JOBS_DIR", ray_tpu_cluster.cluster.store.root)
+    from fray_core.cli import main
+
+    assert main(["stop", job_id]) == 0
+    assert capsys.readouterr().out.strip() == f"{job_id}: STOPPED"
     info = ray_tpu_cluster.cluster.poll(job_id)
     assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
     assert [line for line in other.logs(job_id)] == list(ray_tpu_cluster.cluster.logs(job_id))

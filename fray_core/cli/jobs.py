@@ -21,6 +21,7 @@ from fray_core.cli.common import (
     at_least_one,
     backend_name,
     cluster_of,
+    cluster_of_jobs,
     exit_code,
     load_results,
     positive_int,
@@ -204,7 +205,7 @@ def watch(render: Callable[[TextIO], Any], interval: float, done: Callable[[], b
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``fray status ID [--json] [--result] [-w]``: the job, its attempts and their timeline."""
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, [args.job_id])
     info = cluster.poll(args.job_id)
     if args.watch:
         state: dict[str, Any] = {"info": info}
@@ -333,7 +334,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     tagged ``[a<attempt> s<slice>/h<host>]``; read in pieces, so a log of any size costs the same memory."""
     from fray_core.records import JobStore, stream_log
 
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, [args.job_id])
     cluster.poll(args.job_id)  # an unknown id is an error, not an empty log
     keep = log_filter(args.host, args.attempt)
     store = getattr(cluster, "store", None)
@@ -411,7 +412,7 @@ def _confirm(args: argparse.Namespace, verb: str, infos: list[JobInfo]) -> bool:
 def cmd_stop(args: argparse.Namespace) -> int:
     """``fray stop ID... | --all [--status S] [--name GLOB] [--since WHEN] [-y]``: stop every host, release every
     slice; each job ends STOPPED. A supervisor that does not answer within ``--timeout`` is exit code 4."""
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, args.job_ids or [])
     infos = _chosen(cluster, args, "stop")
     running = [i for i in infos if not i.status.is_terminal() and i.status is not JobStatus.UNKNOWN]
     for info in infos:
