@@ -22,6 +22,7 @@ from fray_core.cli.live import status_line
 from fray_core.cli.output import describe_error
 from fray_core.records import JobStore, owner_info
 from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo, JobStatus
+from fray_local import LocalCluster
 
 
 @pytest.fixture
@@ -561,3 +562,24 @@ def test_commands_about_a_job_reach_the_cluster_its_record_names(
     assert main(["stop", "remote-1"]) == 0
     assert capsys.readouterr().out.strip() == "remote-1: STOPPED"
     assert len(made) == 3
+
+
+def test_launch_working_dir_is_the_jobs_code(
+    tmp_path: Path, jobs: JobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray launch --working-dir DIR``: TARGET's module is imported from DIR (not only the current
+    directory) and DIR is the job's code and working directory (on Ray, shipped with the job); a DIR that
+    is not a directory is one line, exit 2, before anything is launched."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "wd_mod.py").write_text("import os\n\ndef here():\n    return os.getcwd()\n")
+    (tmp_path / "elsewhere").mkdir()
+    os.chdir(tmp_path / "elsewhere")  # the fixture's monkeypatch.chdir restores the test's directory
+    assert main(["launch", "--working-dir", "../proj", "wd_mod:here"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert LocalCluster(jobs_dir=jobs.root).wait(job_id, timeout=60).result == [str(proj)]
+    for bad, why in ((tmp_path / "missing", "no such directory"), (proj / "wd_mod.py", "not a directory")):
+        assert main(["launch", "--working-dir", str(bad), "wd_mod:here"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"argument --working-dir: expected a directory, got '{bad}' ({why})" in err
+    assert os.listdir(jobs.root) == [job_id]

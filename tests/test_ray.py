@@ -410,6 +410,25 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
         )
 
 
+def test_launch_refuses_a_working_dir_too_big_to_ship(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray launch --working-dir DIR`` over the code size limit: one line, exit 2, in the caller; nothing
+    is launched. (A sparse file: its size counts, it costs no disk.)"""
+    from fray_core.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "jobs"))
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "weights.bin", "wb") as f:
+        f.truncate(101 * 2**20)
+    assert main(["launch", "--address", ray_tpu_cluster.address, "--working-dir", str(big), "json:dumps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"EnvironmentConfig.working_dir is in {big} (over 100 MiB" in err, err
+    assert not (tmp_path / "jobs").exists() or os.listdir(tmp_path / "jobs") == []
+
+
 @pytest.mark.ray
 def test_doctor_sees_the_ray_clusters_tpu_slices(ray_tpu_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``fray doctor --address ADDR`` (as ``ray job --address``): Ray's version, the nodes, the TPU slices
