@@ -226,14 +226,26 @@ def test_terminate_from_another_cluster_object(
 
 
 def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cluster: Any, tmp_path: Path) -> None:
-    # launch writes the record just before it creates the supervisor: a poll in between sees PENDING
+    # launch writes the record just before it creates the supervisor, and says so in Ray's KV store: a poll in
+    # between sees PENDING; a launcher that died there left its marker, trusted for the grace by the poller's clock
+    from fray_ray.cluster import SUPERVISOR_START_GRACE
+    from fray_ray.supervisor import launching_key
+
     records = RayCluster(address=ray_tpu_cluster.address, jobs_dir=str(tmp_path / "records"))
     fresh = JobInfo(job_id=JobId("launching-20261123-000000-000000"), name="x", status=JobStatus.PENDING, backend="ray")
-    records.store.write(fresh)
-    assert records.poll(fresh.job_id).status == JobStatus.PENDING
-    stale = attrs.evolve(fresh, job_id=JobId("launcher-died-20261123-000000-000000"), submitted_at=time.time() - 3600)
-    records.store.write(stale)
-    assert records.poll(stale.job_id).status == JobStatus.FAILED
+    records._kv("put", launching_key(fresh.job_id), b"1")
+    try:
+        records.store.write(fresh)
+        assert records.poll(fresh.job_id).status == JobStatus.PENDING
+        records._launch_seen[fresh.job_id] -= SUPERVISOR_START_GRACE
+        assert records.poll(fresh.job_id).status == JobStatus.FAILED
+    finally:
+        records._kv("del", launching_key(fresh.job_id))
+    # no launch under way and no supervisor: FAILED at once, whatever the launching client's clock said (an
+    # hour ahead of this machine's: no grace is taken from comparing two machines' clocks)
+    ahead = attrs.evolve(fresh, job_id=JobId("clock-ahead-20261123-000000-000000"), submitted_at=time.time() + 3600)
+    records.store.write(ahead)
+    assert records.poll(ahead.job_id).status == JobStatus.FAILED
     cluster = ray_tpu_cluster.cluster
     # a running job whose supervisor died (its node died, or the Ray cluster restarted)
     job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
