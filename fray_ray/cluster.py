@@ -45,6 +45,7 @@ from fray_ray.supervisor import (
     WAIT_GROUP,
     WAIT_THREADS,
     JobSupervisor,
+    launching_key,
     start_error_key,
     supervisor_name,
 )
@@ -62,8 +63,11 @@ DEFAULT_RAY_POLICY = RetryPolicy(
 DEFAULT_NAMESPACE = "fray"
 _KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0
-# ``launch`` writes the PENDING record, then creates the supervisor: another thread or process polling in
-# between must not call the job's supervisor gone. Once the supervisor wrote the record, no grace.
+# ``launch`` writes the PENDING record, then creates the supervisor (named actors are registered with the GCS
+# before ``.remote()`` returns): a poller in between must not call the job's supervisor gone. ``launch`` says
+# so in Ray's KV store (launching_key) for that window. A marker left by a launcher that died mid-launch is
+# trusted for this long, timed by the poller's own clock: never the record's submitted_at (the client's wall
+# clock) against the poller's, which are two machines' clocks.
 SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
@@ -170,6 +174,10 @@ class RayCluster(RecordCluster):
         self._store_ok = False  # the head has read this store (see _check_store)
         self._standby_env: dict[str, Any] = {}  # the runtime_env the warm supervisor was started with
         self._last_env: dict[str, Any] = {}  # the last launched job's
+        self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
+        #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
+        #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
+        self.wall: Callable[[], float] = time.time
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -223,7 +231,38 @@ class RayCluster(RecordCluster):
             status=JobStatus.PENDING,
             backend="ray",
             request_summary=summarize_request(request),
+            submitted_at=self.wall(),
         )
+        self._kv("put", launching_key(job_id), b"1")  # until its supervisor exists (see owner_gone)
+        try:
+            self._launch(request_bytes, runtime_env, job_id, info)
+        finally:
+            self._kv("del", launching_key(job_id))
+        if self.warm_supervisor:
+            # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
+            # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
+            # went"). It starts once this job's hosts all run, or the job ended (bounded wait).
+            threading.Thread(target=self._warm_after, args=(job_id,), daemon=True, name="fray-warm-supervisor").start()
+        return job_id
+
+    def _kv(self, op: str, key: bytes, value: bytes = b"") -> bytes | None:
+        """Ray's KV store in this cluster's namespace (``op``: put, get, del); ``None`` when it cannot be
+        used (Ray client mode)."""
+        try:
+            from ray.experimental import internal_kv
+
+            if op == "put":
+                internal_kv._internal_kv_put(key, value, overwrite=True, namespace=self.namespace)
+            elif op == "del":
+                internal_kv._internal_kv_del(key, namespace=self.namespace)
+            else:
+                return internal_kv._internal_kv_get(key, namespace=self.namespace)
+        except Exception:
+            pass
+        return None
+
+    def _launch(self, request_bytes: bytes, runtime_env: dict[str, Any], job_id: JobId, info: JobInfo) -> None:
+        """Record the job and give it to a supervisor (the warm one, else a new one)."""
         settings = {
             "jobs_dir": self.store.root,
             # No client path: on another machine it does not exist. The code travels in the runtime_env.
@@ -263,12 +302,6 @@ class RayCluster(RecordCluster):
             if err is e:
                 raise
             raise err from None
-        if self.warm_supervisor:
-            # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
-            # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
-            # went"). It starts once this job's hosts all run, or the job ended (bounded wait).
-            threading.Thread(target=self._warm_after, args=(job_id,), daemon=True, name="fray-warm-supervisor").start()
-        return job_id
 
     def _warm_after(self, job_id: str) -> None:
         """Start the next job's warm supervisor once ``job_id``'s hosts have all started (or it ended, or
@@ -406,23 +439,41 @@ class RayCluster(RecordCluster):
         ``launch`` writes the PENDING record before it creates the actor)."""
         if record.get("backend") != "ray":
             return None
-        if info.status is JobStatus.PENDING and not info.attempts:
+        launching = info.status is JobStatus.PENDING and not info.attempts
+        if launching:
             start_error = self._start_error(str(info.job_id))
             if start_error is not None:
                 return start_error
-        if not (
-            info.attempts
-            or info.status is not JobStatus.PENDING
-            or time.time() - info.submitted_at > SUPERVISOR_START_GRACE
-        ):
-            return None
         if self._supervisor(str(info.job_id), record) is not None:
+            return None
+        if launching and self._still_launching(str(info.job_id)):
             return None
         return (
             f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace "
             f"{self.namespace!r}) is gone "
             "before the job ended: its node died or the Ray cluster restarted"
         )
+
+    def _still_launching(self, job_id: str) -> bool:
+        """The job's ``launch`` has not created its supervisor yet (its KV marker is there), for at most
+        ``SUPERVISOR_START_GRACE`` seconds of this process's own clock since a poll here first saw it so.
+        Without Ray's KV store (client mode): the same grace, from this process's first look."""
+        if self._kv_works() and not self._kv("get", launching_key(job_id)):
+            self._launch_seen.pop(job_id, None)
+            return False
+        if len(self._launch_seen) >= 1024:
+            self._launch_seen.clear()
+        first = self._launch_seen.setdefault(job_id, time.monotonic())
+        return time.monotonic() - first < SUPERVISOR_START_GRACE
+
+    @staticmethod
+    def _kv_works() -> bool:
+        try:
+            from ray.experimental import internal_kv
+
+            return bool(internal_kv._internal_kv_initialized())
+        except Exception:
+            return False
 
     def _start_error(self, job_id: str) -> str | None:
         """Why the job's supervisor could not start it, as it left it in Ray's KV store (see supervisor.py)."""

@@ -157,6 +157,8 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     module = getattr(inner, "__module__", None) or ""
     if explicit:
         root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
+        if not os.path.isdir(root):  # Ray would fail later, on the cluster, with a traceback
+            raise ValueError(f"launch: EnvironmentConfig.working_dir: {explicit!r} is not a directory")
     elif module == "__main__":
         # A script's function travels by value (cloudpickle); the modules it imports from the script's folder do not
         main = getattr(sys.modules.get("__main__"), "__file__", None)

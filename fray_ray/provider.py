@@ -338,6 +338,7 @@ class RaySliceProvider(SliceProvider):
         self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
         self._lock = threading.Lock()
         self._pg_seq = itertools.count()  # placement group names must be unique among live groups
+        self._beats_seen: dict[bytes, tuple[bytes, float]] = {}  # heartbeat key -> (last value, monotonic first seen)
         self._reported_in: dict[str, HostProcess | None] = {}  # the hosts whose process has started, by tag
         self._job_label: dict[str, str] = {}  # the node label the job's TPU slices must carry
         self._last_health = 0.0
@@ -946,14 +947,21 @@ class RaySliceProvider(SliceProvider):
             got = ray._private.worker.global_worker.gcs_client.internal_kv_multi_get(keys, b"fray")
         except Exception:
             return {}  # the GCS is busy: no news is not a stall signal by itself (ages are computed from the beats)
-        now = time.time()
+        # A beat's age by this process's own clock, from when it first saw that beat: the time the host wrote
+        # in it is the host's wall clock, another machine's (comparing it with ours would turn clock skew
+        # into a stall). Precise to one look (the runner's poll interval).
+        now = time.monotonic()
+        seen = self._beats_seen
         out = {}
         for r, k in zip(runs, keys):
             value = got.get(k)
             if value:
-                t, _, step = value.decode().partition(" ")
+                _, _, step = value.decode().partition(" ")
+                last = seen.get(k)
+                if last is None or last[0] != value:
+                    last = seen[k] = (value, now)
                 try:
-                    out[r] = Heartbeat(age=max(0.0, now - float(t)), step=int(step) if step.strip() else None)
+                    out[r] = Heartbeat(age=now - last[1], step=int(step) if step.strip() else None)
                 except ValueError:
                     pass
         return out

@@ -62,6 +62,12 @@ def start_error_key(job_id: str) -> bytes:
     return f"fray:start-error:{job_id}".encode()
 
 
+def launching_key(job_id: str) -> bytes:
+    """The Ray KV key (namespace: the job's) that says the job's ``launch`` has not created its supervisor
+    yet: a poll then does not call the supervisor gone (no clock of another machine involved)."""
+    return f"fray:launching:{job_id}".encode()
+
+
 def _owner(actor: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The record's ``owner`` field: the supervising actor, and the cluster the job runs on (for clients that
     know only the record: ``fray logs/stop/status ID`` with no flags)."""
@@ -143,6 +149,9 @@ class JobSupervisor:
                 return False
             self._claimed = True
             self.job_id = job_id
+        # The job's place in the cluster's queue: when it reached a supervisor, by this (the head's) clock,
+        # the same for every job; the record's submitted_at is its client's wall clock, another machine's.
+        self.received_at = time.time()
         threading.Thread(target=self._begin, args=(job_id, request_bytes, settings), daemon=True).start()
         return True
 
@@ -261,7 +270,7 @@ class JobSupervisor:
             quarantine=settings.get("quarantine", (2, 3600.0, 1800.0)),
             queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
             scheduler=self._scheduler_for(settings),
-            submitted_at=info.submitted_at,
+            submitted_at=self.received_at,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         self.supervisor = Supervisor(

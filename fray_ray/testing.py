@@ -36,7 +36,7 @@ from fray_core.runner import RetryPolicy
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import JobStatus
 
-__all__ = ["FakeTpuCluster", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
+__all__ = ["FakeTpuCluster", "IsolationUnavailable", "fake_tpu_cluster", "tpu_node_args", "FAST_RAY_POLICY"]
 
 #: Short backoff and deadlines, so tests of retries do not wait for production timings.
 FAST_RAY_POLICY = RetryPolicy(
@@ -129,6 +129,132 @@ def tpu_node_args(
     }
 
 
+class IsolationUnavailable(RuntimeError):
+    """``fake_tpu_cluster(isolated=True)`` on a machine where this process cannot make mount namespaces (not
+    root, no ``unshare``, a container that forbids it): tests skip, saying so, rather than pass unisolated."""
+
+
+# Run in each isolated host's own mount namespace before its raylet (so in its workers too): a private /tmp,
+# the client's working tree and home hidden, fray from a copy (as installed on a real host, not the client's
+# checkout). What stays shared: the Ray session dir (the raylet's sockets and logs, which the client's own
+# node reads, as Ray's log monitor would; the GCS is TCP), /dev/shm (each raylet's object store) and /proc.
+_ISOLATE_SH = r"""set -e
+mount --bind "$FRAY_ISO_SESSION" "$FRAY_ISO_STASH"
+mount -t tmpfs -o size=512m,mode=1777 fray-host-tmp /tmp
+mkdir -p "$FRAY_ISO_SESSION"
+mount --bind "$FRAY_ISO_STASH" "$FRAY_ISO_SESSION"
+IFS='
+'
+for d in $FRAY_ISO_HIDE; do mount -t tmpfs -o size=1m,mode=755 fray-hidden "$d"; done
+export PYTHONPATH="$FRAY_ISO_SITE"
+unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_SITE
+exec "$@"
+"""
+
+
+@attrs.define(eq=False)
+class _Isolation:
+    """Starts the raylets of isolated hosts in mount namespaces of their own (see :data:`_ISOLATE_SH`)."""
+
+    root: str  # outside /tmp: the fray copy and the mount point each namespace puts the session dir on
+    hide: list[str]
+    active: bool = False  # set while isolated hosts are being added
+
+    @staticmethod
+    def check() -> None:
+        """Raise :class:`IsolationUnavailable` saying why this process cannot isolate hosts."""
+        import subprocess
+
+        if sys.platform != "linux" or shutil.which("unshare") is None:
+            raise IsolationUnavailable("fake_tpu_cluster(isolated=True): needs Linux and unshare(1)")
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "mount -t tmpfs none /tmp"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if probe.returncode != 0:
+            raise IsolationUnavailable(
+                "fake_tpu_cluster(isolated=True): this process cannot make a mount namespace "
+                f"({(probe.stderr or probe.stdout).strip() or probe.returncode}); run as root, or where unshare "
+                "is allowed"
+            )
+
+    @classmethod
+    def make(cls) -> _Isolation:
+        """A copy of fray as every isolated host has it installed, and the paths of the client to hide."""
+        import fray_core
+        import fray_local
+        import fray_ray
+
+        root = tempfile.mkdtemp(prefix="fray-isolated-", dir="/run" if os.access("/run", os.W_OK) else "/var/tmp")
+        os.makedirs(os.path.join(root, "session"))
+        for mod in (fray_core, fray_local, fray_ray):
+            src = os.path.dirname(mod.__file__ or "")
+            shutil.copytree(
+                src, os.path.join(root, "site", os.path.basename(src)), ignore=shutil.ignore_patterns("__pycache__")
+            )
+        keep = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, root)]
+        candidates = {os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~"))}
+        candidates.update(
+            os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isdir(p)
+        )
+        hide = sorted(
+            p
+            for p in candidates
+            if p != "/"
+            and os.path.isdir(p)
+            and "\n" not in p
+            and not p.startswith("/tmp/")
+            and not any(k == p or k.startswith(p + os.sep) for k in keep)
+        )
+        return cls(root=root, hide=hide)
+
+    def wrap(self, command: list[str]) -> list[str]:
+        session = next((c.split("=", 1)[1] for c in command if c.startswith("--session_dir=")), None)
+        if session is None:
+            raise RuntimeError(
+                f"fake_tpu_cluster(isolated=True): no --session_dir in the raylet's command {command[:2]}"
+            )
+        return [
+            "env",
+            f"FRAY_ISO_SESSION={session}",
+            f"FRAY_ISO_STASH={os.path.join(self.root, 'session')}",
+            f"FRAY_ISO_HIDE={chr(10).join(self.hide)}",
+            f"FRAY_ISO_SITE={os.path.join(self.root, 'site')}",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            _ISOLATE_SH,
+            "sh",
+            *command,
+        ]
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """While inside, raylets this process starts are isolated (Ray starts them with
+        ``services.start_ray_process``, looked up at call time)."""
+        from ray._private import services
+
+        original = services.start_ray_process
+
+        def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+            if process_type == "raylet":
+                command = self.wrap(list(command))
+            return original(command, process_type, *args, **kwargs)
+
+        services.start_ray_process = start
+        try:
+            yield
+        finally:
+            services.start_ray_process = original
+
+
 @attrs.define(eq=False)
 class FakeTpuCluster:
     """What :func:`fake_tpu_cluster` yields: ``.cluster`` (a connected ``RayCluster``), ``.address``,
@@ -149,6 +275,7 @@ class FakeTpuCluster:
     _closed: threading.Event = attrs.field(factory=threading.Event)
     _removed: list[str] = attrs.field(factory=list)  # node ids of preempted hosts
     labels: bool = True  # new slices carry the ray.io/tpu-* labels (False: resources only)
+    _isolation: _Isolation | None = None  # isolated=True: each TPU host in its own mount namespace
 
     def add_slice(
         self, tpu_type: str, wait: bool = True, tries: int = 1, name: str | None = None, labels: bool | None = None
@@ -180,7 +307,9 @@ class FakeTpuCluster:
                 # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
                 # a slice restored from a timer thread goes without them (shutdown() still removes it).
                 self.ray_cluster._shutdown_at_exit = main
+                isolating = self._isolation.starting() if self._isolation is not None else contextlib.nullcontext()
                 try:
+                    isolating.__enter__()
                     for w in range(spec.hosts):
                         args = {
                             **tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels),
@@ -191,6 +320,7 @@ class FakeTpuCluster:
                         args["runtime_env_dir_name"] = f"runtime_resources_{name}_h{w}_{next(_env_dirs)}"
                         nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
+                    isolating.__exit__(None, None, None)
                     self.ray_cluster._shutdown_at_exit = True
             if wait:
                 for node in nodes:
@@ -456,6 +586,7 @@ def fake_tpu_cluster(
     jobs_dir: str | None = None,
     health_check_period: float | None = None,
     labels: bool = True,
+    isolated: bool = False,
 ) -> Iterator[FakeTpuCluster]:
     """Start a multi-node Ray cluster on this machine whose nodes are emulated TPU hosts.
 
@@ -469,6 +600,14 @@ def fake_tpu_cluster(
 
     ``labels=False``: the hosts carry no ``ray.io/tpu-*`` labels, only the resources Ray gives a TPU VM (a
     cluster as KubeRay without its webhook, or an older Ray, shows it); fray finds the slices from those.
+
+    ``isolated=True``: every TPU host is a machine of its own as far as files go: its raylet (and so its
+    workers) runs in a mount namespace with a private ``/tmp`` (its own ``/tmp/libtpu_lockfile``), without
+    this process's working directory, home or ``PYTHONPATH`` entries, and with fray from a copy (installed on
+    the host, not the client's checkout); a job's own code reaches it only as Ray ships it. Shared still: the
+    Ray session dir (each raylet's sockets and logs), ``/dev/shm`` and ``/proc``; the head node is this
+    machine's (supervisors, and the client's own raylet). Needs mount namespaces (root, ``unshare``): else
+    :class:`IsolationUnavailable`, so a test skips saying why instead of passing unisolated.
 
     Ray's idle worker pool is off (``num_workers_soft_limit`` 0): every node shares this machine's cores, so
     a worker Ray prestarts on the head slows the emulated hosts, which on a real cluster it would not.
@@ -502,13 +641,19 @@ def fake_tpu_cluster(
         "object_store_memory": 200 * 1024 * 1024,
         "_system_config": system_config,
     }
+    isolation = None
+    if isolated:
+        _Isolation.check()
+        isolation = _Isolation.make()
     rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(
         ray_cluster=rc,
         cluster=None,
         address=rc.address,
-        state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-"),
+        # isolated hosts see their own /tmp: their lockfiles live where every namespace sees the same files
+        state_dir=tempfile.mkdtemp(prefix="fray-fake-tpu-", dir=isolation.root if isolation else None),
         labels=labels,
+        isolation=isolation,
     )
     try:
         for tpu_type, count in slices.items():
@@ -527,3 +672,5 @@ def fake_tpu_cluster(
         ray.shutdown()
         rc.shutdown()
         shutil.rmtree(fake.state_dir, ignore_errors=True)
+        if isolation is not None:
+            shutil.rmtree(isolation.root, ignore_errors=True)

@@ -22,6 +22,7 @@ from fray_core.cli.live import status_line
 from fray_core.cli.output import describe_error
 from fray_core.records import JobStore, owner_info
 from fray_core.types import Attempt, AttemptOutcome, Goodput, JobInfo, JobStatus
+from fray_local import LocalCluster
 
 
 @pytest.fixture
@@ -514,3 +515,71 @@ def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:
     assert lines[0] == "[a0 r0] start" and lines[-1] == "[a0 r0] end"
     assert max(len(x) for x in lines) <= MAX_LOG_LINE
     assert sum(len(x) for x in lines[1:-1]) == 8 + (7 << 20)
+
+
+# ------------------------------------------------------------------------- the record names the job's cluster
+
+
+def test_commands_about_a_job_reach_the_cluster_its_record_names(
+    jobs: JobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray status/logs/stop ID`` with no flags, from the machine that launched the job: the default store
+    holds the record, whose ``owner.cluster`` says where the job runs (issue 28: after Ctrl-C of ``fray launch
+    --address HEAD --wait``, the hint ``fray stop ID`` must work as printed). ``--cluster`` still wins."""
+    from fray_core.cluster import register_backend
+    from fray_core.supervisor import RecordCluster
+
+    made: list[dict[str, str]] = []
+
+    class Remote(RecordCluster):
+        """A backend whose jobs run elsewhere: it can be reached only through its spec."""
+
+        def __init__(self, params: dict[str, str]) -> None:
+            made.append(params)
+            self.store = JobStore(params["jobs_dir"])
+
+        def launch(self, request):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        def terminate(self, job_id):  # type: ignore[no-untyped-def]
+            info, _ = self.store.read_info(str(job_id))
+            info.status = JobStatus.STOPPED
+            self.store.write(info)
+
+    register_backend("remote", Remote)
+    info = JobInfo(job_id="remote-1", name="far", status=JobStatus.RUNNING, backend="remote", submitted_at=1.0)
+    jobs.write(info, owner={"cluster": "remote?where=head%3A6379"})
+    with open(jobs.log_path("remote-1"), "ab") as f:
+        f.write(b"[a0 r0] hello from far away\n")
+
+    assert main(["status", "remote-1", "--json"]) == 0
+    assert '"status": "RUNNING"' in capsys.readouterr().out
+    assert made == [{"where": "head:6379", "jobs_dir": jobs.root}]  # the store the record was found in
+    assert main(["logs", "remote-1"]) == 0
+    assert "hello from far away" in capsys.readouterr().out
+    assert main(["--cluster", "local", "stop", "remote-1"]) == 2  # named on the command line: used as given
+    assert "runs on the 'remote' backend" in capsys.readouterr().err
+    assert main(["stop", "remote-1"]) == 0
+    assert capsys.readouterr().out.strip() == "remote-1: STOPPED"
+    assert len(made) == 3
+
+
+def test_launch_working_dir_is_the_jobs_code(
+    tmp_path: Path, jobs: JobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray launch --working-dir DIR``: TARGET's module is imported from DIR (not only the current
+    directory) and DIR is the job's code and working directory (on Ray, shipped with the job); a DIR that
+    is not a directory is one line, exit 2, before anything is launched."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "wd_mod.py").write_text("import os\n\ndef here():\n    return os.getcwd()\n")
+    (tmp_path / "elsewhere").mkdir()
+    os.chdir(tmp_path / "elsewhere")  # the fixture's monkeypatch.chdir restores the test's directory
+    assert main(["launch", "--working-dir", "../proj", "wd_mod:here"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert LocalCluster(jobs_dir=jobs.root).wait(job_id, timeout=60).result == [str(proj)]
+    for bad, why in ((tmp_path / "missing", "no such directory"), (proj / "wd_mod.py", "not a directory")):
+        assert main(["launch", "--working-dir", str(bad), "wd_mod:here"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"argument --working-dir: expected a directory, got '{bad}' ({why})" in err
+    assert os.listdir(jobs.root) == [job_id]

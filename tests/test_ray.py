@@ -202,28 +202,50 @@ def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_clu
     assert gce_preempted(timeout=0.2) is False
 
 
-def test_terminate_from_another_cluster_object(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+def test_terminate_from_another_cluster_object(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     job_id = ray_tpu_cluster.cluster.launch(tpu_request(hold, slices=2, marker_dir=str(tmp_path)))
     wait_for(lambda: started(tmp_path, 0) == 4, what="all 4 hosts")
     owner = ray_tpu_cluster.cluster.store.read(job_id)["owner"]  # as the running supervisor wrote it
     assert (owner["address"], owner["cluster"]) == (ray_tpu_cluster.address, f"ray?address={ray_tpu_cluster.address}")
-    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record (the CLI after Ctrl-C)
+    other = cluster_from_spec(owner["cluster"])  # a client that knows only the record
     assert isinstance(other, RayCluster)
-    other.terminate(job_id)
+    # the CLI after Ctrl-C: `fray stop ID` with no flags, no cluster in the environment (the default is local)
+    for var in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("FRAY_JOBS_DIR", ray_tpu_cluster.cluster.store.root)
+    from fray_core.cli import main
+
+    assert main(["stop", job_id]) == 0
+    assert capsys.readouterr().out.strip() == f"{job_id}: STOPPED"
     info = ray_tpu_cluster.cluster.poll(job_id)
     assert info.status == JobStatus.STOPPED and info.attempts[-1].outcome.value == "CANCELLED"
     assert [line for line in other.logs(job_id)] == list(ray_tpu_cluster.cluster.logs(job_id))
 
 
 def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cluster: Any, tmp_path: Path) -> None:
-    # launch writes the record just before it creates the supervisor: a poll in between sees PENDING
+    # launch writes the record just before it creates the supervisor, and says so in Ray's KV store: a poll in
+    # between sees PENDING; a launcher that died there left its marker, trusted for the grace by the poller's clock
+    from fray_ray.cluster import SUPERVISOR_START_GRACE
+    from fray_ray.supervisor import launching_key
+
     records = RayCluster(address=ray_tpu_cluster.address, jobs_dir=str(tmp_path / "records"))
     fresh = JobInfo(job_id=JobId("launching-20261123-000000-000000"), name="x", status=JobStatus.PENDING, backend="ray")
-    records.store.write(fresh)
-    assert records.poll(fresh.job_id).status == JobStatus.PENDING
-    stale = attrs.evolve(fresh, job_id=JobId("launcher-died-20261123-000000-000000"), submitted_at=time.time() - 3600)
-    records.store.write(stale)
-    assert records.poll(stale.job_id).status == JobStatus.FAILED
+    records._kv("put", launching_key(fresh.job_id), b"1")
+    try:
+        records.store.write(fresh)
+        assert records.poll(fresh.job_id).status == JobStatus.PENDING
+        records._launch_seen[fresh.job_id] -= SUPERVISOR_START_GRACE
+        assert records.poll(fresh.job_id).status == JobStatus.FAILED
+    finally:
+        records._kv("del", launching_key(fresh.job_id))
+    # no launch under way and no supervisor: FAILED at once, whatever the launching client's clock said (an
+    # hour ahead of this machine's: no grace is taken from comparing two machines' clocks)
+    ahead = attrs.evolve(fresh, job_id=JobId("clock-ahead-20261123-000000-000000"), submitted_at=time.time() + 3600)
+    records.store.write(ahead)
+    assert records.poll(ahead.job_id).status == JobStatus.FAILED
     cluster = ray_tpu_cluster.cluster
     # a running job whose supervisor died (its node died, or the Ray cluster restarted)
     job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
@@ -398,6 +420,25 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
             and cwd != str(proj)
             and client_paths == []
         )
+
+
+def test_launch_refuses_a_working_dir_too_big_to_ship(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray launch --working-dir DIR`` over the code size limit: one line, exit 2, in the caller; nothing
+    is launched. (A sparse file: its size counts, it costs no disk.)"""
+    from fray_core.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "jobs"))
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "weights.bin", "wb") as f:
+        f.truncate(101 * 2**20)
+    assert main(["launch", "--address", ray_tpu_cluster.address, "--working-dir", str(big), "json:dumps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"EnvironmentConfig.working_dir is in {big} (over 100 MiB" in err, err
+    assert not (tmp_path / "jobs").exists() or os.listdir(tmp_path / "jobs") == []
 
 
 @pytest.mark.ray

@@ -137,3 +137,30 @@ def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_clust
         0
     ].cause
     assert info.failures == 1 and info.last_step == 50
+
+
+def test_a_hosts_heartbeat_is_aged_by_the_supervisors_clock_not_the_hosts(ray_tpu_cluster: Any) -> None:
+    """A host whose clock is an hour behind (or ahead) of the head's is not a stalled host: a beat's age is
+    how long the job's provider has seen it unchanged, on its own clock (issue 28: one clock)."""
+    from fray_ray._host import HostConfig
+    from fray_ray.provider import RaySliceProvider
+
+    class Run:
+        def __init__(self, tag: str) -> None:
+            self.handle = type("Handle", (), {"tag": tag})()
+
+    gcs = ray._private.worker.global_worker.gcs_client
+    provider = RaySliceProvider("clock-skew-job", HostConfig(sys_path=(), cwd="", supervisor=None))
+    behind, ahead = Run("s0/h0"), Run("s0/h1")
+    keys = [f"fray-hb:clock-skew-job:{r.handle.tag}".encode() for r in (behind, ahead)]
+    try:
+        gcs.internal_kv_put(keys[0], f"{time.time() - 3600!r} 7".encode(), True, b"fray")
+        gcs.internal_kv_put(keys[1], f"{time.time() + 3600!r} 8".encode(), True, b"fray")
+        beats = provider.heartbeats([behind, ahead])
+        assert beats[behind].step == 7 and beats[ahead].step == 8
+        assert 0 <= beats[behind].age < 5 and 0 <= beats[ahead].age < 5, beats
+        again = provider.heartbeats([behind, ahead])  # unchanged since: older, by this process's clock
+        assert again[behind].age >= beats[behind].age and again[behind].age < 5
+    finally:
+        for k in keys:
+            gcs.internal_kv_del(k, False, b"fray")

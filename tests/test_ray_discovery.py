@@ -167,6 +167,8 @@ def test_code_from_a_client_directory_travels_and_installed_code_does_not(
     assert code_runtime_env(req(mod.main))["working_dir"] == str(tmp_path / "proj")
     assert code_runtime_env(req(json.JSONEncoder)) == {}  # installed: nothing travels
     assert code_runtime_env(req(json.JSONEncoder, working_dir=str(tmp_path)))["working_dir"] == str(tmp_path)
+    with pytest.raises(ValueError, match=r"EnvironmentConfig.working_dir: '/no/such/dir' is not a directory"):
+        code_runtime_env(req(json.JSONEncoder, working_dir="/no/such/dir"))  # refused here, not on the cluster
     with pytest.raises(
         ValueError,
         match=f"the code of travelling_mod is in {tmp_path / 'proj'} .*too much to "

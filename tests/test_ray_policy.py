@@ -105,6 +105,9 @@ def test_a_big_job_is_served_before_younger_small_ones_from_another_client_and_w
     # UNSCHEDULABLE attempt, and with no preemption budget fail the job
     first = client(fake, retry_policy=attrs.evolve(FAST_RAY_POLICY, schedule_timeout=0.0))
     second = client(fake)
+    # the second client's clock is an hour behind: the line follows when jobs reached the cluster (its own
+    # clock), not the clients' clocks (which would put the younger jobs first)
+    second.wall = lambda: time.time() - 3600
     big_gate = tmp_path / "big"
     big = first.launch(request("big", hold, slices=2, budget=0, gate=str(big_gate)))
     reason_of(first, big, r"queued: 1st for 2 x v4-16; cluster: 0 free, 2 held by (block-a, block-b|block-b, block-a)")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fray_core.cli.output import safe
@@ -33,6 +34,7 @@ __all__ = [
     "add_cluster_option",
     "backend_name",
     "cluster_of",
+    "cluster_of_jobs",
     "exit_code",
     "load_results",
     "positive_int",
@@ -68,16 +70,64 @@ def cluster_of(args: argparse.Namespace) -> Cluster:
     :class:`UsageError` naming it, not a traceback.
     """
     from fray_core.cli.config import resolve_spec
-    from fray_core.cluster import cluster_from_spec
 
     spec, _ = resolve_spec(getattr(args, "cluster", None), getattr(args, "address", None))
     check_default_jobs_dir(spec)
+    return _build(spec)
+
+
+def _build(spec: str) -> Cluster:
+    from fray_core.cluster import cluster_from_spec
+
     try:
         return cluster_from_spec(spec)
     except OSError as e:
         raise UsageError(
             f"cannot use cluster {spec!r}: {describe_os_error(e)} (check FRAY_JOBS_DIR or the spec's jobs_dir)"
         ) from None
+
+
+#: where a spec given on the command line comes from: it is used as given, never replaced by a record's
+_EXPLICIT = ("--cluster", "--address")
+
+
+def cluster_of_jobs(args: argparse.Namespace, job_ids: Sequence[str]) -> Cluster:
+    """The cluster of a command about given jobs (``fray status/logs/stop ID``): the cluster the first job's
+    record names (``owner.cluster``, kept by backends whose jobs run elsewhere, such as Ray, with the store
+    the record was found in), unless ``--cluster``/``--address`` name one; else :func:`cluster_of`.
+
+    So ``fray stop ID`` after a Ctrl-C of ``fray launch --address HEAD:6379 --wait ...`` needs no flags: the
+    default store holds the record, and the record says where the job runs.
+
+    >>> cluster = cluster_of_jobs(args, ["ray-20250131-abcd"])  # doctest: +SKIP
+    """
+    from fray_core.cli.config import resolve_spec
+    from fray_core.cluster import parse_spec
+    from fray_core.errors import FrayError
+    from fray_core.records import JobStore
+
+    spec, source = resolve_spec(getattr(args, "cluster", None), getattr(args, "address", None))
+    check_default_jobs_dir(spec)
+    cluster = _build(spec)
+    store = getattr(cluster, "store", None)
+    if source in _EXPLICIT or not isinstance(store, JobStore):
+        return cluster
+    for job_id in job_ids:
+        try:
+            info, record = store.read_info(str(job_id))
+        except (FrayError, OSError):
+            continue  # unknown or unreadable here: the command says so with the cluster it has
+        owner = record.get("owner")
+        target = owner.get("cluster") if isinstance(owner, dict) else None
+        if not isinstance(target, str) or not target.strip() or info.backend == backend_name(cluster):
+            return cluster
+        scheme, params = parse_spec(target)
+        if scheme != info.backend:
+            return cluster  # a record that contradicts itself: not a cluster to connect to
+        if "jobs_dir" not in params:  # the record was found in this store: the job's cluster uses it too
+            target += ("&" if "?" in target else "?") + urllib.parse.urlencode({"jobs_dir": store.root})
+        return _build(target)
+    return cluster
 
 
 def check_default_jobs_dir(spec: str) -> None:

@@ -21,6 +21,7 @@ from fray_core.cli.common import (
     at_least_one,
     backend_name,
     cluster_of,
+    cluster_of_jobs,
     exit_code,
     load_results,
     positive_int,
@@ -205,7 +206,7 @@ def watch(render: Callable[[TextIO], Any], interval: float, done: Callable[[], b
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``fray status ID [--json] [--result] [-w]``: the job, its attempts and their timeline."""
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, [args.job_id])
     info = cluster.poll(args.job_id)
     if args.watch:
         state: dict[str, Any] = {"info": info}
@@ -334,7 +335,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     tagged ``[a<attempt> s<slice>/h<host>]``; read in pieces, so a log of any size costs the same memory."""
     from fray_core.records import JobStore, stream_log
 
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, [args.job_id])
     cluster.poll(args.job_id)  # an unknown id is an error, not an empty log
     keep = log_filter(args.host, args.attempt)
     store = getattr(cluster, "store", None)
@@ -438,7 +439,7 @@ def _confirm(args: argparse.Namespace, verb: str, infos: list[JobInfo]) -> bool:
 def cmd_stop(args: argparse.Namespace) -> int:
     """``fray stop ID... | --all [--status S] [--name GLOB] [--since WHEN] [-y]``: stop every host, release every
     slice; each job ends STOPPED. A supervisor that does not answer within ``--timeout`` is exit code 4."""
-    cluster = cluster_of(args)
+    cluster = cluster_of_jobs(args, args.job_ids or [])
     infos = _chosen(cluster, args, "stop", _live)
     running = [i for i in infos if _live(i)]
     for info in infos:

@@ -56,18 +56,20 @@ def parse_call_args(items: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
     return pos, kw
 
 
-def _import_callable(target: str) -> Callable[..., Any]:
+def _import_callable(target: str, code_dir: str | None = None) -> Callable[..., Any]:
+    """``module:function``, imported with the current directory (and ``code_dir``, ``--working-dir``, before
+    it) on ``sys.path``."""
     import importlib
 
     mod_name, _, attr = target.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    for path in (os.getcwd(), code_dir):
+        if path and path not in sys.path:
+            sys.path.insert(0, path)
     try:
         obj: Any = importlib.import_module(mod_name)
     except Exception as e:
-        raise UsageError(
-            f"cannot import module {mod_name!r} (the current directory is on sys.path): {type(e).__name__}: {e}"
-        ) from None
+        where = "the current directory" + (f" and {code_dir}" if code_dir else "")
+        raise UsageError(f"cannot import module {mod_name!r} ({where} on sys.path): {type(e).__name__}: {e}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"module {mod_name!r} has no attribute {attr!r}")
@@ -85,6 +87,16 @@ def _slices_arg(text: str) -> int | list[int]:
     if not counts or any(c < 1 for c in counts):
         raise argparse.ArgumentTypeError(f"expected a slice count N or acceptable counts N,M (ints >= 1), got {text!r}")
     return counts[0] if len(counts) == 1 else counts
+
+
+def _directory(text: str) -> str:
+    """``--working-dir DIR``: an existing directory, made absolute (the job may start elsewhere)."""
+    path = os.path.abspath(os.path.expanduser(text))
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(
+            f"expected a directory, got {text!r} ({'not a directory' if os.path.exists(path) else 'no such directory'})"
+        )
+    return path
 
 
 def _env_arg(text: str) -> tuple[str, str]:
@@ -169,7 +181,7 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
     if rest and rest[0] == "--":
         rest = rest[1:]
     if _CALLABLE_RE.match(target) and not target.endswith(".py"):
-        fn = _import_callable(target)
+        fn = _import_callable(target, getattr(args, "working_dir", None))
         pos, kw = parse_call_args(rest)
         entry = Entrypoint(callable=fn, function_args=kw, args=tuple(pos))
     elif target.endswith(".py"):
@@ -183,6 +195,7 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
 
     env = dict(args.env or [])
     pip = list(getattr(args, "pip", None) or [])
+    code_dir = getattr(args, "working_dir", None)
     req_kw: dict[str, Any] = {}
     if args.max_retries_preemption is not None:
         req_kw["max_retries_preemption"] = args.max_retries_preemption
@@ -192,7 +205,9 @@ def build_request(args: argparse.Namespace, on_this_machine: bool) -> JobRequest
         name=args.name or default_name(target, rest),
         entrypoint=entry,
         resources=resources,
-        environment=create_environment(env_vars=env, pip_packages=pip) if env or pip else None,
+        environment=create_environment(env_vars=env, pip_packages=pip, workspace=code_dir)
+        if env or pip or code_dir
+        else None,
         **req_kw,
     )
 
@@ -277,6 +292,13 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         action="append",
         help="a pip requirement the job needs (repeatable; the Ray backend installs it, the local backend warns "
         "if missing)",
+    )
+    p.add_argument(
+        "--working-dir",
+        metavar="DIR",
+        type=_directory,
+        help="the job's code and working directory: on Ray, DIR is shipped to the cluster with the job "
+        "(EnvironmentConfig.working_dir; default: the directory of TARGET's module when it is not installed)",
     )
     p.add_argument(
         "--max-retries-preemption",

@@ -1,0 +1,111 @@
+"""A client that shares nothing with the TPU hosts but the cluster's address (issue 28): the emulated hosts
+run in mount namespaces of their own (``fake_tpu_cluster(isolated=True)``: a private ``/tmp``, the client's
+working tree and home hidden, fray installed from a copy). A job whose code is only in the client's own
+directory runs it there, and the client's ``fray logs``/``fray stop`` (no flags) work.
+
+One small isolated cluster (head + one v4-8 host) in a subprocess of its own: this process may be
+connected to the session's emulated cluster already, and a process joins one Ray cluster. Runs under the
+machine-wide Ray lock, as every Ray test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+pytest.importorskip("ray")
+
+SKIP = 77  # the driver's exit code when this machine cannot isolate hosts
+
+CLIENT_MOD = """
+import os, sys, time
+
+def facts(client_dir, client_cwd):
+    import fray_core
+    return {
+        "module": __file__,
+        "client_dir_seen": os.path.exists(client_dir),
+        "client_cwd_seen": os.path.exists(os.path.join(client_cwd, "pyproject.toml")),
+        "tmp": sorted(os.listdir("/tmp")),
+        "fray": fray_core.__file__,
+        "client_paths": [p for p in sys.path if p.startswith(client_dir)],
+    }
+
+def chatty(n):
+    for i in range(n):
+        print(f"line {i} from an isolated host", flush=True)
+    time.sleep(120)
+"""
+
+DRIVER = """
+import json, os, subprocess, sys, time
+sys.path.insert(0, {proj!r})
+import iso_mod
+from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
+from fray_ray.testing import IsolationUnavailable, fake_tpu_cluster
+
+try:
+    cm = fake_tpu_cluster({{"v4-8": 1}}, head_cpus=2, isolated=True)
+    fake = cm.__enter__()
+except IsolationUnavailable as e:
+    print(e)
+    sys.exit({skip})
+try:
+    cluster = fake.cluster
+
+    def tpu(fn, **kw):
+        return JobRequest(name=fn.__name__, entrypoint=Entrypoint(callable=fn, function_args=kw),
+                          resources=ResourceConfig.with_tpu("v4-8"))
+
+    info = cluster.wait(cluster.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r})), timeout=120)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    print("FACTS", json.dumps(info.result[0]))
+    job = cluster.launch(tpu(iso_mod.chatty, n=3))
+    env = {{k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}}
+    fray = [sys.executable, "-m", "fray_core.cli"]
+    end = time.monotonic() + 90
+    while True:
+        logs = subprocess.run([*fray, "logs", job], env=env, capture_output=True, text=True, timeout=120)
+        if "line 2 from an isolated host" in logs.stdout or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    print("LOGS", json.dumps(logs.stdout + logs.stderr))
+    stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
+    print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
+    print("FINAL", cluster.wait(job, timeout=60).status.value)
+finally:
+    cm.__exit__(None, None, None)
+"""
+
+
+def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_code(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"  # the client's own directory (under its /tmp): on no host
+    proj.mkdir()
+    (proj / "iso_mod.py").write_text(CLIENT_MOD)
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(DRIVER.format(proj=str(proj), cwd=os.getcwd(), skip=SKIP)))
+    env = {**os.environ, "FRAY_JOBS_DIR": str(tmp_path / "jobs"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    out = subprocess.run(
+        [sys.executable, str(driver)], capture_output=True, text=True, timeout=400, cwd=os.getcwd(), env=env
+    )
+    if out.returncode == SKIP:
+        pytest.skip(f"hosts cannot be isolated here: {out.stdout.strip()}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    got = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
+    import json
+
+    facts = json.loads(got["FACTS"])
+    # the module came with the job (Ray's working_dir, unpacked on the host), not from the client's path
+    assert facts["module"].endswith("/iso_mod.py") and not facts["module"].startswith(str(proj)), facts
+    assert not facts["client_dir_seen"] and not facts["client_cwd_seen"] and facts["client_paths"] == [], facts
+    assert "pytest-of-root" not in " ".join(facts["tmp"]) and not facts["fray"].startswith(os.getcwd()), facts
+    logs = json.loads(got["LOGS"])
+    assert all(f"line {i} from an isolated host" in logs for i in range(3)), logs
+    code, said = json.loads(got["STOP"])
+    assert code == 0 and "STOPPED" in said, said
+    assert got["FINAL"] == "STOPPED"
