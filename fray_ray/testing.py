@@ -184,14 +184,14 @@ class _Isolation:
     @classmethod
     def make(cls) -> _Isolation:
         """A copy of fray as every isolated host has it installed, and the paths of the client to hide."""
-        import fray_core
-        import fray_local
-        import fray_ray
+        import importlib.util
 
         root = tempfile.mkdtemp(prefix="fray-isolated-", dir="/run" if os.access("/run", os.W_OK) else "/var/tmp")
         os.makedirs(os.path.join(root, "session"))
-        for mod in (fray_core, fray_local, fray_ray):
-            src = os.path.dirname(mod.__file__ or "")
+        # found, not imported: no backend imports another (fray_local goes along as part of what is installed)
+        for name in ("fray_core", "fray_local", "fray_ray"):
+            spec = importlib.util.find_spec(name)
+            src = os.path.dirname((spec.origin if spec else None) or "")
             shutil.copytree(
                 src, os.path.join(root, "site", os.path.basename(src)), ignore=shutil.ignore_patterns("__pycache__")
             )
