@@ -39,6 +39,7 @@ import attrs
 import cloudpickle
 
 from fray_core._exits import exit_code_text
+from fray_core._oom import OomWatch, oom_suffix
 from fray_core._procfs import start_ticks
 from fray_core.hostrun import EntrypointExit, call_entrypoint
 
@@ -464,6 +465,7 @@ def _die_with_parent() -> None:
 
 
 def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
+    oom = OomWatch.of()  # the binary is forked into this worker's memory cgroup: its OOM kills may be the binary's
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
     )
@@ -483,7 +485,9 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
     if rc != 0:
         time.sleep(0.05)  # let the reader take the last lines into the tail
         tail = "\n".join(pump.tail)
-        raise CommandFailedError(f"{exit_code_text(rc)} on {where}; last output:\n{tail}", exit_code=rc)
+        raise CommandFailedError(
+            f"{exit_code_text(rc)}{oom_suffix(rc, oom)} on {where}; last output:\n{tail}", exit_code=rc
+        )
 
 
 def host_payload(entrypoint: Any) -> tuple[Any, ...]:

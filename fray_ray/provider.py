@@ -1036,6 +1036,14 @@ class RaySliceProvider(SliceProvider):
             if task.stopping and not isinstance(e, _NODE_LOST):  # its worker ended on our SIGTERM
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
+        except rex.OutOfMemoryError as e:  # Ray's memory monitor killed the host's worker: the job's own memory
+            if task.cancelled:
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
+            return HostOutcome(
+                run,
+                HostOutcomeKind.FAILED,
+                error=f"OutOfMemoryError: host process killed by SIGKILL (out of memory?): {_first_lines(str(e))}",
+            )
         except rex.GetTimeoutError as e:
             return HostOutcome(
                 run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}"
