@@ -7,10 +7,12 @@ budget, however long Ray takes to declare its nodes dead.
 On the emulated 2 x v4-16 cluster started with Ray's default health checks (``fake_tpu_cluster(...,
 health_check_period=None)``: 3 s x 5 checks, as on a real cluster; the test suite's session cluster uses 1 s x 4),
 a 2-slice job with ``max_retries_failure=0`` runs; slice 1 is removed without grace (``fake.preempt``) and, after
-a seeded random delay (drawn before Ray's detection, and in the full run also after it), slice 0's hosts raise
-("collective failed"), as a real multislice job's do within a second of losing a peer. The job's client uses a
-``cancel_grace`` of 0.5 s, so only the runner's attribution window (lease health until the provider's
-``detection_delay`` after the first failure, read from the cluster's own health-check config) can see the loss.
+a seeded random delay of up to 0.5 s (every other run: up to 0.5 s BEFORE the removal), slice 0's hosts raise
+("collective failed"), as a real multislice job's do within a second of losing a peer; Ray itself reports the
+lost hosts' tasks (NodeDiedError) about a second after the removal and marks the nodes dead ~15 s after it.
+The job's client uses a ``cancel_grace`` of 0.5 s, so when the siblings fail first only the runner's
+attribution window (lease health until the provider's ``detection_delay`` after the first failure, read from the
+cluster's own health-check config) can see the loss.
 
 Measured per run: the removal -> Ray marking the removed nodes dead (baseline: Ray's own detection), the removal
 -> attempt 0 recorded (fray's verdict), and the verdict itself. Goal: every attempt 0 PREEMPTED with no failure
@@ -87,9 +89,14 @@ def one_run(fake: Any, client: Any, flags: Path, delay: float, restore: bool) ->
 
     watcher = threading.Thread(target=watch_dead, daemon=True)
     watcher.start()
+    if delay < 0:  # the siblings fail first, the slice goes -delay s later (its hosts die then)
+        (flags / "lost").touch()
+        time.sleep(-delay)
+        t0 = time.time()
     fake.preempt(lost, restore_after=0.0 if restore else None)
-    time.sleep(max(0.0, delay - (time.time() - t0)))
-    (flags / "lost").touch()  # slice 0's hosts raise now
+    if delay >= 0:  # the slice goes first; the siblings' collective breaks delay s later
+        time.sleep(max(0.0, delay - (time.time() - t0)))
+        (flags / "lost").touch()
     info = client.wait(job, timeout=300)
     watcher.join(300)
     first = info.attempts[0]
@@ -133,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             warm_supervisor=False,
         )
         for i in range(runs):
-            # before Ray's detection (the race), and in the full run every other one well after it
-            late = i % 2 == 1
-            delay = rng.uniform(period * threshold + 2.0, period * threshold + 6.0) if late else rng.uniform(0.0, 3.0)
+            # Ray reports the lost hosts' tasks NodeDied within ~1 s of the removal (their raylet is gone): the race
+            # is siblings failing within that second, before or after the removal (every other run: before)
+            delay = rng.uniform(0.0, 0.5) * (-1 if i % 2 else 1)
             if i:
                 fake.wait_settled()
             rows.append(one_run(fake, client, Path(tmp, f"run{i}"), round(delay, 2), restore=i < runs - 1))
