@@ -1158,7 +1158,7 @@ _HEALTH_CHECK_DEFAULTS = {
 def health_checks() -> tuple[float, float, int]:
     """``(period s, timeout s, failure threshold)`` of the connected cluster's node health checks: what its
     head was started with (the ``_system_config`` the GCS keeps), Ray's defaults for what it does not set. The
-    connected process's own ``ray._config`` is no guide: it keeps its local defaults.
+    cluster's config is asked for, not this process's ``ray._config`` (a connected process's own view).
 
     >>> health_checks() if ray.is_initialized() else (3.0, 10.0, 5)  # doctest: +SKIP
     (3.0, 10.0, 5)

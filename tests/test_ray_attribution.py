@@ -189,5 +189,5 @@ def test_the_ray_providers_detection_time_is_the_clusters_own_health_check_confi
     from fray_ray.provider import health_checks
 
     # the session cluster's head was started with 1 s checks, 2 s timeouts, 4 failures (fake_tpu_cluster's
-    # health_check_period=1.0); this process's own ray._config keeps Ray's defaults (3 s x 5)
+    # health_check_period=1.0), not Ray's defaults (3 s x 5)
     assert health_checks() == (1.0, 2.0, 4)
