@@ -29,6 +29,7 @@ SCRIPTS = [  # (script, what it measures, needs ray); the first is the headline 
     ("local_backend.py", "Local backend vs multiprocessing", False),
     ("session_calls.py", "Held session calls vs fresh launches (local)", False),
     ("ray_recovery.py", "Recovery from a lost slice on Ray vs Ray's own failure detection", True),
+    ("ray_attribution.py", "A lost slice's siblings failing first at Ray's default detection: no failure spent", True),
     ("ray_session_calls.py", "Held session calls on Ray vs fresh launches and raw Ray tasks", True),
     (
         "ray_control_plane.py",

@@ -14,6 +14,7 @@ from typing import Any
 import cloudpickle
 
 from fray_core._exits import describe_exit, exit_code_text
+from fray_core._oom import OomWatch, oom_suffix
 from fray_core.hostapi import read_heartbeat, write_notice
 from fray_core.provider import (
     Heartbeat,
@@ -56,6 +57,7 @@ class LocalSliceProvider(SliceProvider):
         self._cond = threading.Condition()
         self._hosts: dict[HostRun, HostProcess] = {}
         self._files: dict[HostRun, tuple[int, int]] = {}  # per host: (serial of its heartbeat file, attempt)
+        self._oom: dict[HostRun, OomWatch | None] = {}  # per host: its cgroup's OOM kills before it started
         self.gpu_devices = gpu_devices  # CUDA_VISIBLE_DEVICES of each replica of a GPU job
         self.submitted_at = submitted_at
         self._seq = 0
@@ -91,9 +93,12 @@ class LocalSliceProvider(SliceProvider):
             with open(payload, "wb") as f:
                 cloudpickle.dump(entrypoint, f)
         runs: list[HostRun] = []
+        # hosts are forked into this process's memory cgroup: its OOM kills from now on may be theirs
+        oom = OomWatch.of()
         try:
             for spec in hosts:
                 runs.append(self._start_host(lease, spec, payload, is_tpu))
+                self._oom[runs[-1]] = oom
         except BaseException:
             # all or nothing (see SliceProvider.start): a host that could not be forked (EAGAIN) must not
             # leave its slice's earlier hosts running into the next attempt
@@ -227,10 +232,9 @@ class LocalSliceProvider(SliceProvider):
             if payload[1] == 0:
                 return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=None)
             tail = "\n".join(host.tail)
+            end = exit_code_text(payload[1]) + oom_suffix(payload[1], self._oom.get(run))
             return HostOutcome(
-                run,
-                HostOutcomeKind.FAILED,
-                error=f"CommandFailed: {exit_code_text(payload[1])} on {where}; last output:\n{tail}",
+                run, HostOutcomeKind.FAILED, error=f"CommandFailed: {end} on {where}; last output:\n{tail}"
             )
         if payload is not None and payload[0] == "error":
             kind = HostOutcomeKind.PREEMPTED if payload[1] == "infra" else HostOutcomeKind.FAILED
@@ -239,7 +243,8 @@ class LocalSliceProvider(SliceProvider):
         return HostOutcome(
             run,
             HostOutcomeKind.FAILED,
-            error=f"HostCrashed: host process on {where} {describe_exit(rc)}; last output:\n{tail}",
+            error=f"HostCrashed: host process on {where} {describe_exit(rc)}{oom_suffix(rc, self._oom.get(run))}; "
+            f"last output:\n{tail}",
         )
 
     # -------------------------------------------------------------------------------------- cancel

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import faulthandler
 import glob
 import os
 import signal
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -39,16 +41,20 @@ import attrs
 import cloudpickle
 
 from fray_core._exits import exit_code_text
+from fray_core._oom import OomWatch, oom_suffix
 from fray_core._procfs import start_ticks
 from fray_core.hostrun import EntrypointExit, call_entrypoint
+from fray_core.signatures import device_fault
 
 __all__ = [
     "CommandFailedError",
+    "DeviceFaultError",
     "HostConfig",
     "HostPreemptedError",
     "HostProcess",
     "TpuBusyError",
     "device_holders",
+    "dump_host_stacks",
     "gce_preempted",
     "host_payload",
     "run_host",
@@ -63,6 +69,8 @@ HOST_TOKEN_ENV = "FRAY_HOST_TOKEN"
 _TAIL_LINES = 20
 LOG_SEND_INTERVAL = 0.2  # seconds between a host's log batches: at most 5 calls a second to the supervisor
 LOG_PENDING_MAX = 20_000  # lines a host keeps while the supervisor is behind; older ones are dropped (counted)
+# Sent to a host's worker process: write the Python stacks of all its threads to the host's log (a stall).
+STACKS_SIGNAL: int = (signal.SIGRTMIN + 4) if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
 
 
@@ -85,6 +93,20 @@ class HostPreemptedError(RuntimeError):
 class TpuBusyError(HostPreemptedError):
     """The host's TPU device (or libtpu's lockfile) is held by another process: the host is unusable for
     now, as when libtpu says "TPU is already in use". Retryable, not the user's fault."""
+
+
+class DeviceFaultError(HostPreemptedError):
+    """The host failed with a known TPU-host fault's signature in its error or output (``fray_core.signatures``:
+    libtpu's "TPU is already in use", a busy ``/dev/vfio``/``/dev/accel``, a stale libtpu lockfile, libtpu
+    crashing at start): the device's fault, not the job's. ``fault`` names it; counted towards the host's
+    quarantine."""
+
+    def __init__(self, message: str, fault: str = "device fault") -> None:
+        super().__init__(message)
+        self.fault = fault
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DeviceFaultError, (self.args[0], self.fault))
 
 
 def tpu_devices(dev: str = "/dev", iommu_groups: str = "/sys/kernel/iommu_groups") -> list[str]:
@@ -304,6 +326,24 @@ def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
     return sent
 
 
+def dump_host_stacks(process: HostProcess) -> bool:
+    """Have a host's worker process write the Python stacks of all its threads to the host's log (its
+    faulthandler, registered by :func:`run_host`, on :data:`STACKS_SIGNAL`). Runs on the host's node (a task
+    pinned there); only the worker is signalled (a binary it started would die of the signal). Returns whether
+    it was signalled."""
+    import ray
+
+    if ray.get_runtime_context().get_node_id() != process.node_id:
+        return False
+    if process.start_ticks is None or start_ticks(process.pid) != process.start_ticks:
+        return False  # the worker is gone (its pid may be another process's now)
+    try:
+        os.kill(process.pid, STACKS_SIGNAL)
+    except OSError:
+        return False
+    return True
+
+
 def _beat_to_gcs(key: str) -> None:
     """This host's ``fray_core.heartbeat()`` goes to Ray's GCS key-value store (namespace ``fray``), where the
     job's provider reads it (``RaySliceProvider.heartbeats``): no host can write where the runner runs."""
@@ -464,6 +504,7 @@ def _die_with_parent() -> None:
 
 
 def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
+    oom = OomWatch.of()  # the binary is forked into this worker's memory cgroup: its OOM kills may be the binary's
     proc = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
     )
@@ -483,7 +524,9 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
     if rc != 0:
         time.sleep(0.05)  # let the reader take the last lines into the tail
         tail = "\n".join(pump.tail)
-        raise CommandFailedError(f"{exit_code_text(rc)} on {where}; last output:\n{tail}", exit_code=rc)
+        raise CommandFailedError(
+            f"{exit_code_text(rc)}{oom_suffix(rc, oom)} on {where}; last output:\n{tail}", exit_code=rc
+        )
 
 
 def host_payload(entrypoint: Any) -> tuple[Any, ...]:
@@ -511,6 +554,9 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
     pump = _LogPump(tag, config.supervisor)
+    # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
+    # see RaySliceProvider.dump_stacks. Left registered at the end: the worker runs this one task (max_calls=1)
+    faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
     reaper = _Reaper()
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
@@ -547,7 +593,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
                 raise HostPreemptedError(
                     f"{where} was preempted (cloud metadata) while running: {type(e).__name__}: {e}"
                 ) from e
-            if is_tpu:  # libtpu's "TPU is already in use" at device init: told by the device's state, not the text
+            if is_tpu:  # a device fault: told by the device's state first, then by known signatures
                 holders = device_holders(lockfile, exclude=frozenset(_our_processes()))
                 if holders:
                     pid, path = holders[0]
@@ -555,6 +601,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
                         f"TPU device busy on {where}: {path} is held by pid {pid} ({_cmdline(pid)}); the "
                         f"job failed with {type(e).__name__}: {e}"
                     ) from e
+                _raise_device_fault(e, where, lockfile, pump)
             raise
         finally:
             sys.stdout.flush()
@@ -563,6 +610,24 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
         watching.set()
         reaper.finish()
         pump.close()
+
+
+def _raise_device_fault(e: BaseException, where: str, lockfile: str, pump: _LogPump) -> None:
+    """Raise :class:`DeviceFaultError` when the host's failure (its error, traceback and last output) shows a
+    known TPU-host fault's signature, removing libtpu's lockfile (no other process holds it: checked before)."""
+    killed = -e.exit_code if isinstance(e, CommandFailedError) and e.exit_code < 0 else None
+    text = f"{type(e).__name__}: {e}\n{traceback.format_exc()}\n" + "\n".join(pump.tail)
+    fault = device_fault(text, killed)
+    if fault is None:
+        return
+    removed = ""
+    if os.path.exists(lockfile):
+        try:
+            os.remove(lockfile)
+            removed = " (lockfile removed)"
+        except OSError:
+            pass
+    raise DeviceFaultError(f"{fault} on {where}{removed}\n{type(e).__name__}: {e}", fault) from e
 
 
 def _our_processes() -> set[int]:

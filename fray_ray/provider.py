@@ -38,7 +38,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -63,10 +63,12 @@ from fray_core.provider import (
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
 from fray_ray._host import (
+    DeviceFaultError,
     HostConfig,
     HostPreemptedError,
     HostProcess,
     TpuBusyError,
+    dump_host_stacks,
     host_payload,
     run_host,
     signal_host,
@@ -74,7 +76,7 @@ from fray_ray._host import (
 from fray_ray.scheduler import SchedulerBehind, SchedulerClient, job_label
 from fray_ray.view import ClusterView
 
-__all__ = ["RaySliceProvider", "PREEMPTION_ERRORS"]
+__all__ = ["RaySliceProvider", "PREEMPTION_ERRORS", "health_checks"]
 
 #: Errors that mean the host (or the process that owned its task) went away: infrastructure, retryable.
 PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -94,6 +96,7 @@ _NODE_GONE: tuple[type[BaseException], ...] = (rex.NodeDiedError, rex.LocalRayle
 
 _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
+_stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks
 #: a drain without a deadline (Ray's 0) still means the node goes: the hosts get this long to checkpoint
 NOTICE_DEFAULT_GRACE = 30.0
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
@@ -104,6 +107,8 @@ INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in th
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 HEALTH_INTERVAL = 1.0  # seconds between checks of the leases' placement groups (and of the shared view: view.py)
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
+STACKS_WAIT = 10.0  # seconds dump_stacks waits for the hosts' stacks to reach the job log (a worker may start first)
+STACKS_QUIET = 0.5  # ... and for no more of a host's lines to come (its log batches go every LOG_SEND_INTERVAL)
 RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to have its released resources back
 TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
 TRANSIT_STEP = 0.05
@@ -320,8 +325,12 @@ class RaySliceProvider(SliceProvider):
         queue_ttl: float = QUEUE_TTL,
         scheduler: SchedulerClient | None = None,
         submitted_at: float | None = None,
+        log: Callable[[str, str], None] | None = None,
     ) -> None:
         self.job_id = job_id
+        self.log = log  # writes one line of the job log under a host's tag (the supervisor's LogSink.write)
+        self._stacks: dict[str, float | None] | None = None  # during dump_stacks: tag -> when its stacks last came
+        self._detection: float | None = None  # detection_delay, once the cluster's config was read
         self.scheduler = (
             scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
         )
@@ -930,13 +939,15 @@ class RaySliceProvider(SliceProvider):
 
     @property
     def detection_delay(self) -> float:
-        """How long Ray takes to declare a node dead (health_check_period_ms x health_check_failure_threshold:
-        15 s by default), plus this provider's own health-check interval."""
-        try:
-            cfg = ray._config
-            return cfg.health_check_period_ms() * cfg.health_check_failure_threshold() / 1000.0 + HEALTH_INTERVAL + 1.0
-        except Exception:
-            return 15.0 + HEALTH_INTERVAL + 1.0
+        """How long Ray may take to declare a lost node dead, from the cluster's own health checks (the GCS's
+        system config, :func:`health_checks`): ``health_check_period_ms`` x ``health_check_failure_threshold``
+        (15 s by default; each check fails at once once the node's raylet is gone), one period more for a check
+        a loaded head runs late, plus this provider's own health-check interval and a second for the news to
+        reach it: 19.5 s at Ray's defaults."""
+        if self._detection is None:
+            period, _, threshold = health_checks()
+            self._detection = period * (threshold + 1) + HEALTH_INTERVAL + 1.0
+        return self._detection
 
     def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
         """The hosts' last ``fray_core.heartbeat()``, from Ray's GCS key-value store (see ``_host._beat_to_gcs``)."""
@@ -965,6 +976,46 @@ class RaySliceProvider(SliceProvider):
                 except ValueError:
                     pass
         return out
+
+    def dump_stacks(self, runs: Sequence[HostRun]) -> None:
+        """Each host's worker writes the stacks of all its threads (its faulthandler, on a signal sent by a task
+        pinned to its node) to its output, hence to the job log under the host's prefix. Waits (at most
+        ``STACKS_WAIT``) until every dump reached the log (:meth:`saw_log`) and went quiet: the hosts are killed
+        next, and lines still in a host's pump would be lost."""
+        targets = [(r, self._reported_in.get(r.handle.tag)) for r in runs if not r.handle.reported]
+        targets = [(r, p) for r, p in targets if p is not None]
+        if not targets:
+            return
+        with self._lock:
+            self._stacks = {r.handle.tag: None for r, _ in targets}
+        for r, process in targets:
+            if self.log is not None:
+                self.log(r.handle.tag, "[fray] the Python stacks of every thread of this host, before it is stopped:")
+            _stacks_task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(process.node_id, soft=False),
+                name=f"fray:{self.job_id}:{r.handle.tag}:stacks",
+            ).remote(process)
+        deadline = time.monotonic() + STACKS_WAIT
+        try:
+            while time.monotonic() < deadline:
+                with self._lock:
+                    last = list(self._stacks.values())
+                now = time.monotonic()
+                if all(t is not None and now - t >= STACKS_QUIET for t in last):
+                    break
+                time.sleep(0.05)
+        finally:
+            with self._lock:
+                self._stacks = None
+
+    def saw_log(self, tag: str, lines: Sequence[str]) -> None:
+        """Lines of a host reached the job log (the supervisor calls it): how :meth:`dump_stacks` knows a
+        host's stacks arrived."""
+        with self._lock:
+            if self._stacks is None or tag not in self._stacks:
+                return
+            if self._stacks[tag] is not None or any("most recent call first" in line for line in lines):
+                self._stacks[tag] = time.monotonic()
 
     # announce_preemption: not overridden. A drained node takes no new task, so nothing pinned there could
     # deliver the deadline: each host task watches Ray's drain state of its own node and, at a drain, writes
@@ -1069,6 +1120,9 @@ class RaySliceProvider(SliceProvider):
                 run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine
                 self.scheduler.call("device_failed", run.lease.name, run.host_index, "device busy", _host_node(run))
+            if isinstance(cause, DeviceFaultError):  # a known device fault's signature: the same (as locally)
+                self.scheduler.call("device_failed", run.lease.name, run.host_index, cause.fault, _host_node(run))
+                return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"DeviceFault: {cause}")
             if isinstance(cause, (HostPreemptedError, HostPreempted, *PREEMPTION_ERRORS)) and not (
                 task.stopping and not isinstance(cause, _NODE_LOST)
             ):
@@ -1084,6 +1138,14 @@ class RaySliceProvider(SliceProvider):
             if task.stopping and not isinstance(e, _NODE_LOST):  # its worker ended on our SIGTERM
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
+        except rex.OutOfMemoryError as e:  # Ray's memory monitor killed the host's worker: the job's own memory
+            if task.cancelled:
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
+            return HostOutcome(
+                run,
+                HostOutcomeKind.FAILED,
+                error=f"OutOfMemoryError: host process killed by SIGKILL (out of memory?): {_first_lines(str(e))}",
+            )
         except rex.GetTimeoutError as e:
             return HostOutcome(
                 run, HostOutcomeKind.PREEMPTED, error=f"GetTimeoutError: the host's result could not be fetched: {e}"
@@ -1131,6 +1193,37 @@ class RaySliceProvider(SliceProvider):
             ).remote(process, signal.SIGTERM)
             out.append(r)
         return out
+
+
+#: Ray's defaults for the GCS's node health checks (ray_config_def.h): period, timeout (ms), failure threshold.
+_HEALTH_CHECK_DEFAULTS = {
+    "health_check_period_ms": 3000,
+    "health_check_timeout_ms": 10000,
+    "health_check_failure_threshold": 5,
+}
+
+
+def health_checks() -> tuple[float, float, int]:
+    """``(period s, timeout s, failure threshold)`` of the connected cluster's node health checks: what its
+    head was started with (the ``_system_config`` the GCS keeps), Ray's defaults for what it does not set. The
+    cluster's config is asked for, not this process's ``ray._config`` (a connected process's own view).
+
+    >>> health_checks() if ray.is_initialized() else (3.0, 10.0, 5)  # doctest: +SKIP
+    (3.0, 10.0, 5)
+    """
+    values = dict(_HEALTH_CHECK_DEFAULTS)
+    try:
+        config = ray._private.state.state.get_system_config()
+        for key in values:
+            if key in config:
+                values[key] = int(config[key])
+    except Exception:
+        pass  # cannot ask the GCS: Ray's defaults
+    return (
+        values["health_check_period_ms"] / 1000.0,
+        values["health_check_timeout_ms"] / 1000.0,
+        max(1, values["health_check_failure_threshold"]),
+    )
 
 
 def _members(view: _View) -> dict[str, list[str]]:

@@ -201,10 +201,14 @@ class Scheduler:
 
     async def state(self) -> dict[str, Any]:
         """``{"queues": {pool: [job ids]}, "quarantined": {slice name: reason}, "quarantined_hosts": {node
-        id: "<slice> host <h>"}}``."""
+        id: "<slice> host <h>"}, "device_failures": {slice name: [hosts with a device failure on record]}}``."""
         now = time.monotonic()
         active = self._quarantine.active(now)
+        failures: dict[str, list[int]] = {}
+        for key, (name, _) in self._hosts.items():
+            failures.setdefault(name, []).extend(self._quarantine.failures(key) or {})
         return {
+            "device_failures": {name: sorted(set(hosts)) for name, hosts in failures.items() if hosts},
             "queues": {pool: q.members(now) for pool, q in self._queues.items()},
             "quarantined": {
                 self._hosts.get(k, (k, 0))[0]: self._quarantine.reason(k, name=self._hosts.get(k, (k, 0))[0])

@@ -271,6 +271,7 @@ class JobSupervisor:
             queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
             scheduler=self._scheduler_for(settings),
             submitted_at=self.received_at,
+            log=self.log.write,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         self.supervisor = Supervisor(
@@ -314,6 +315,9 @@ class JobSupervisor:
     def append_log(self, tag: str, lines: list[str]) -> None:
         for line in lines:
             self.log.write(tag, line)
+        provider = getattr(self, "provider", None)
+        if provider is not None:
+            provider.saw_log(tag, lines)  # a stalled host's stacks arriving (see RaySliceProvider.dump_stacks)
 
     @ray.method(concurrency_group=WAIT_GROUP)
     def wait_ended(self, timeout: float) -> bool:

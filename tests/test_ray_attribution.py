@@ -119,11 +119,18 @@ def beats_then_hangs() -> str:
     for step in range(3):
         fray_core.heartbeat(step)
         time.sleep(0.5)
-    threading.Event().wait(120)
+    threading.Thread(target=lambda: threading.Event().wait(120), name="data-loader", daemon=True).start()
+    a_deadlocked_collective()
     return "unreachable"
 
 
-def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_cluster: Any) -> None:
+def a_deadlocked_collective() -> None:
+    threading.Event().wait(120)
+
+
+def test_a_stalled_job_on_ray_is_restarted_with_its_stacks_in_the_log_and_its_last_step_shown(
+    ray_tpu_cluster: Any,
+) -> None:
     cluster = ray_tpu_cluster.cluster
     req = JobRequest(
         name="stall",
@@ -132,11 +139,17 @@ def test_a_stalled_job_on_ray_is_restarted_and_its_last_step_shown(ray_tpu_clust
         max_retries_failure=1,
         stall_timeout=4.0,
     )
-    info = cluster.wait(cluster.launch(req), timeout=180)
+    job = cluster.launch(req)
+    info = cluster.wait(job, timeout=180)
     assert [a.outcome for a in info.attempts] == [AttemptOutcome.STALLED, AttemptOutcome.SUCCEEDED], info.attempts[
         0
     ].cause
     assert info.failures == 1 and info.last_step == 50
+    log = list(cluster.logs(job))
+    for host in ("a0 s0/h0", "a0 s0/h1"):  # every host's stacks, every thread, before it was killed
+        mine = [line for line in log if host in line]
+        assert any("a_deadlocked_collective" in line for line in mine), "\n".join(log[-60:])
+        assert sum("most recent call first" in line for line in mine) >= 2  # not only the main thread
 
 
 def test_a_hosts_heartbeat_is_aged_by_the_supervisors_clock_not_the_hosts(ray_tpu_cluster: Any) -> None:
@@ -164,3 +177,44 @@ def test_a_hosts_heartbeat_is_aged_by_the_supervisors_clock_not_the_hosts(ray_tp
     finally:
         for k in keys:
             gcs.internal_kv_del(k, False, b"fray")
+
+
+def says_tpu_in_use() -> str:
+    if os.environ["FRAY_ATTEMPT"] == "0" and os.environ["TPU_WORKER_ID"] == "1":
+        # what libtpu says when another process holds the device (none does here: only the signature tells)
+        raise RuntimeError("TPU initialization failed: The TPU is already in use by process with pid 4242")
+    return "ok"
+
+
+def test_a_known_device_fault_signature_on_ray_is_a_preemption_counted_towards_quarantine(
+    ray_tpu_cluster: Any,
+) -> None:
+    from fray_ray.scheduler import SCHEDULER_NAME
+
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="signature",
+        entrypoint=Entrypoint(callable=says_tpu_in_use),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=0,
+    )
+    info = cluster.wait(cluster.launch(req), timeout=180)
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.PREEMPTED, AttemptOutcome.SUCCEEDED], info.attempts[
+        0
+    ].cause
+    [bad] = info.attempts[0].slices
+    assert info.failures == 0
+    assert f"DeviceFault: device busy (TPU is already in use) on {bad} host 1" in (info.attempts[0].cause or "")
+    scheduler = ray.get_actor(SCHEDULER_NAME, namespace=cluster.namespace)
+    try:
+        assert ray.get(scheduler.state.remote())["device_failures"].get(bad) == [1]  # host 1's, on record
+    finally:
+        ray.get(scheduler.repair.remote(bad))  # the session's other tests see a clean record
+
+
+def test_the_ray_providers_detection_time_is_the_clusters_own_health_check_config(ray_tpu_cluster: Any) -> None:
+    from fray_ray.provider import health_checks
+
+    # the session cluster's head was started with 1 s checks, 2 s timeouts, 4 failures (fake_tpu_cluster's
+    # health_check_period=1.0), not Ray's defaults (3 s x 5)
+    assert health_checks() == (1.0, 2.0, 4)
