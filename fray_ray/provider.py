@@ -79,12 +79,14 @@ from fray_ray.view import ClusterView
 __all__ = ["RaySliceProvider", "PREEMPTION_ERRORS", "health_checks"]
 
 #: Errors that mean the host (or the process that owned its task) went away: infrastructure, retryable.
+#: Not ``WorkerCrashedError``: the host's own process died (a segfault, the kernel's OOM killer, an
+#: ``os._exit``) while its node may be well; it is a failure unless the lease turns out lost within the
+#: attribution window (the runner asks ``lease_health`` until ``detection_delay``), as on a node that went.
 PREEMPTION_ERRORS: tuple[type[BaseException], ...] = (
     rex.NodeDiedError,
     rex.OwnerDiedError,
     rex.ActorDiedError,
     rex.ActorUnavailableError,
-    rex.WorkerCrashedError,
     rex.ObjectLostError,
     rex.LocalRayletDiedError,
 )
@@ -1138,6 +1140,17 @@ class RaySliceProvider(SliceProvider):
             if task.stopping and not isinstance(e, _NODE_LOST):  # its worker ended on our SIGTERM
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)
             return HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"{type(e).__name__}: {_first_lines(str(e))}")
+        except rex.WorkerCrashedError as e:  # the host's process died; its node's fate the window decides
+            if task.cancelled or task.stopping:
+                return HostOutcome(run, HostOutcomeKind.CANCELLED)
+            return HostOutcome(
+                run,
+                HostOutcomeKind.FAILED,
+                error=(
+                    "WorkerCrashedError: the host's process died while its node was up (a crash, a signal, or "
+                    f"out of memory?): {_first_lines(str(e))}"
+                ),
+            )
         except rex.OutOfMemoryError as e:  # Ray's memory monitor killed the host's worker: the job's own memory
             if task.cancelled:
                 return HostOutcome(run, HostOutcomeKind.CANCELLED)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that needs Ray (marked ``ray``: the session's emulated cluster, or a bench script starting its
     own) runs in one pytest-xdist group, on one worker, first: one emulated Ray cluster at a time on the

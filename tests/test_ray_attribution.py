@@ -218,3 +218,30 @@ def test_the_ray_providers_detection_time_is_the_clusters_own_health_check_confi
     # the session cluster's head was started with 1 s checks, 2 s timeouts, 4 failures (fake_tpu_cluster's
     # health_check_period=1.0), not Ray's defaults (3 s x 5)
     assert health_checks() == (1.0, 2.0, 4)
+
+
+def crashes_on_host_1() -> str:
+    if os.environ["FRAY_ATTEMPT"] == "0" and os.environ["FRAY_HOST_ID"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer or a segfault does to the process
+    return "ok"
+
+
+def test_a_host_process_that_dies_while_its_node_is_up_costs_the_failure_budget_not_the_preemption_one(
+    ray_tpu_cluster: Any,
+) -> None:
+    # Ray says WorkerCrashedError both for a process that crashed and, at times, for one on a node going away:
+    # only the lease's health over the attribution window tells them apart. Here the node stays up.
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="crash",
+        entrypoint=Entrypoint(callable=crashes_on_host_1),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=1,
+        max_retries_preemption=3,
+    )
+    info = cluster.wait(cluster.launch(req), timeout=180)
+    assert [a.outcome for a in info.attempts] == [AttemptOutcome.FAILED, AttemptOutcome.SUCCEEDED], info.attempts[
+        0
+    ].cause
+    assert info.failures == 1 and info.preemptions == 0
+    assert "WorkerCrashedError" in (info.attempts[0].cause or "")
