@@ -9,13 +9,19 @@ from typing import Any
 import pytest
 
 
+def _needs_ray(item: pytest.Item) -> bool:
+    """Marked ``ray``, or using the session's emulated cluster (a test that forgot the mark must not start a
+    second cluster on the other worker)."""
+    return item.get_closest_marker("ray") is not None or "ray_tpu_cluster" in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that needs Ray (marked ``ray``: the session's emulated cluster, or a bench script starting its
     own) runs in one pytest-xdist group, on one worker, first: one emulated Ray cluster at a time on the
     machine, and the longest unit of work starts first while the other worker takes the rest of the suite
     (README's test command runs ``-n 2 --dist loadgroup``; without xdist the mark does nothing)."""
-    ray_items = [item for item in items if item.get_closest_marker("ray") is not None]
+    ray_items = [item for item in items if _needs_ray(item)]
     for item in ray_items:
         item.add_marker(pytest.mark.xdist_group("ray"))
     ray_ids = {id(item) for item in ray_items}
@@ -53,8 +59,8 @@ def _close_ray_session() -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last Ray test of this process (they run first and together) the cluster goes; a session-scoped
     fixture would keep it, and this process connected to Ray, until the very end."""
-    if _RAY_FAKE and item.get_closest_marker("ray") is not None:
-        if nextitem is None or nextitem.get_closest_marker("ray") is None:
+    if _RAY_FAKE and _needs_ray(item):
+        if nextitem is None or not _needs_ray(nextitem):
             _close_ray_session()
 
 
