@@ -209,6 +209,15 @@ class _Isolation:
             and not p.startswith("/tmp/")
             and not any(k == p or k.startswith(p + os.sep) for k in keep)
         )
+        cwd = os.path.realpath(os.getcwd())
+        inside = [k for k in keep[:2] if k == cwd or k.startswith(cwd + os.sep)]
+        if inside:  # a venv inside the client's work tree (CI's .ci/.venv): hiding the tree would hide Python
+            shutil.rmtree(root, ignore_errors=True)
+            raise IsolationUnavailable(
+                f"fake_tpu_cluster(isolated=True): the client's working directory {cwd} holds its Python "
+                f"({inside[0]}), which the hosts need: it cannot be hidden from them; run from elsewhere, with "
+                "Python installed outside the working tree"
+            )
         return cls(root=root, hide=hide)
 
     def wrap(self, command: list[str]) -> list[str]:
@@ -640,6 +649,9 @@ def fake_tpu_cluster(
         "memory": 16 * _GIB,
         "object_store_memory": 200 * 1024 * 1024,
         "_system_config": system_config,
+        # not Ray's fixed 8265: a second emulated cluster on the machine (a bench script beside the test
+        # session's) would find it taken and start without a dashboard, so without Ray job submission
+        "dashboard_port": _fresh_port(),
     }
     isolation = None
     if isolated:

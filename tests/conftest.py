@@ -15,17 +15,27 @@ def _needs_ray(item: pytest.Item) -> bool:
     return item.get_closest_marker("ray") is not None or "ray_tpu_cluster" in getattr(item, "fixturenames", ())
 
 
+def _group(item: pytest.Item) -> str | None:
+    """``"ray"``: the tests of the session's emulated cluster; ``"raybench"``: the Ray bench scripts' smokes (each
+    starts a cluster of its own in a subprocess); ``None``: the rest."""
+    if not _needs_ray(item):
+        return None
+    return "raybench" if item.path.name == "test_bench_smoke.py" else "ray"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test that needs Ray (marked ``ray``: the session's emulated cluster, or a bench script starting its
-    own) runs in one pytest-xdist group, on one worker, first: one emulated Ray cluster at a time on the
-    machine, and the longest unit of work starts first while the other worker takes the rest of the suite
-    (README's test command runs ``-n 2 --dist loadgroup``; without xdist the mark does nothing)."""
-    ray_items = [item for item in items if _needs_ray(item)]
-    for item in ray_items:
-        item.add_marker(pytest.mark.xdist_group("ray"))
-    ray_ids = {id(item) for item in ray_items}
-    items[:] = ray_items + [item for item in items if id(item) not in ray_ids]
+    """The tests of the session's emulated Ray cluster run as one pytest-xdist group, on one worker, first (the
+    longest unit of work, ~25 min on 2 cores); the Ray bench smokes as a second group, which the other worker
+    takes first, then the rest of the suite goes to whichever worker is free (README's test command runs
+    ``-n 2 --dist loadgroup``; without xdist the groups only set the order). At most two emulated clusters
+    run at once, never two session clusters."""
+    groups = {id(item): _group(item) for item in items}
+    for item in items:
+        if groups[id(item)] is not None:
+            item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    order = {"ray": 0, "raybench": 1, None: 2}
+    items.sort(key=lambda item: order[groups[id(item)]])  # stable: each group keeps its collection order
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -59,8 +69,8 @@ def _close_ray_session() -> None:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last Ray test of this process (they run first and together) the cluster goes; a session-scoped
     fixture would keep it, and this process connected to Ray, until the very end."""
-    if _RAY_FAKE and _needs_ray(item):
-        if nextitem is None or not _needs_ray(nextitem):
+    if _RAY_FAKE and _group(item) == "ray":
+        if nextitem is None or _group(nextitem) != "ray":
             _close_ray_session()
 
 

@@ -543,8 +543,10 @@ def _run_in_terminal(fray: Fray, *args: str, timeout: float = 120, columns: int 
     """``fray ARGS`` with its stdout and stderr on a pseudo-terminal; (exit code, everything it wrote)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    # the terminal's size is the pty's: not a COLUMNS/LINES the test runner set (pytest-xdist's workers do)
+    env = {k: v for k, v in fray.env.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
-        [*FRAY, *args], cwd=fray.workdir, env=fray.env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+        [*FRAY, *args], cwd=fray.workdir, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
     )
     os.close(slave)
     chunks: list[bytes] = []

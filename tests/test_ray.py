@@ -294,6 +294,17 @@ def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tp
     wait_for(lambda: not alive(name), what="an idle standby to remove itself")
 
 
+def _idle_standby(actor: dict[str, str]) -> bool:
+    """A warm supervisor with no job yet (another ``RayCluster`` of this process launched, e.g. the compat
+    layer's ``current_cluster()``): not a supervisor outliving a job; it goes with its client or after its
+    idle timeout."""
+    try:
+        handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+        return not ray.get(handle.ping.remote(), timeout=10)
+    except Exception:
+        return False  # gone meanwhile (the next look says so) or not answering: counted
+
+
 def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any) -> None:
     """Runs last in this module: every job above (and the conformance suite's, when run before) has ended."""
     from ray.util import list_named_actors, placement_group_table
@@ -309,11 +320,11 @@ def test_no_placement_group_or_supervisor_outlives_its_job(ray_tpu_cluster: Any)
         pgs = [pg["name"] for pg in fray_groups() if pg["state"] != "REMOVED"]
         warm = {cluster._standby[0]} if cluster._standby else set()  # the next job's supervisor, idle
         actors = [
-            a["name"]
+            a
             for a in list_named_actors(all_namespaces=True)
             if a["name"].startswith(SUPERVISOR_PREFIX) and a["name"] not in warm
         ]
-        return pgs, actors
+        return pgs, [a["name"] for a in actors if not _idle_standby(a)]
 
     # removal is asynchronous in Ray: give it a bounded moment, then it must be empty
     end = time.monotonic() + 30
