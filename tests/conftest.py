@@ -16,26 +16,28 @@ def _needs_ray(item: pytest.Item) -> bool:
 
 
 def _group(item: pytest.Item) -> str | None:
-    """``"ray"``: the tests of the session's emulated cluster; ``"raybench"``: the Ray bench scripts' smokes (each
-    starts a cluster of its own in a subprocess); ``None``: the rest."""
-    if not _needs_ray(item):
-        return None
-    return "raybench" if item.path.name == "test_bench_smoke.py" else "ray"
+    """``"ray"``: the tests of the session's emulated cluster and the Ray bench scripts' smokes (each starts a
+    cluster of its own in a subprocess); ``None``: the rest."""
+    return "ray" if _needs_ray(item) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests of the session's emulated Ray cluster run as one pytest-xdist group, on one worker, first (the
-    longest unit of work, ~25 min on 2 cores); the Ray bench smokes as a second group, which the other worker
-    takes first, then the rest of the suite goes to whichever worker is free (README's test command runs
-    ``-n 2 --dist loadgroup``; without xdist the groups only set the order). At most two emulated clusters
-    run at once, never two session clusters."""
-    groups = {id(item): _group(item) for item in items}
+    """Every test that needs Ray runs in one pytest-xdist group, on one worker, first (the longest unit of work,
+    ~25 min on 2 cores), the bench smokes before the session's cluster starts, while the other worker takes the
+    rest of the suite (README's test command runs ``-n 2 --dist loadgroup``; without xdist the group only sets
+    the order). One emulated Ray cluster at a time: a bench's cluster beside the session's found Ray's fixed
+    dashboard-agent port taken (no job submission), CI 2026-11-27."""
     for item in items:
-        if groups[id(item)] is not None:
-            item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
-    order = {"ray": 0, "raybench": 1, None: 2}
-    items.sort(key=lambda item: order[groups[id(item)]])  # stable: each group keeps its collection order
+        if _group(item) is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+    def order(item: pytest.Item) -> int:
+        if _group(item) is None:
+            return 2
+        return 0 if item.path.name == "test_bench_smoke.py" else 1
+
+    items.sort(key=order)  # stable: collection order within each part
 
 
 @pytest.fixture(autouse=True, scope="session")
