@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _ray_common import wait_for  # noqa: E402
+
 SEED = int(os.environ.get("FRAY_TEST_SEED", random.randrange(2**31)))
 
 
@@ -53,16 +56,6 @@ def sibling_fails_when_peer_is_gone(flags: str) -> str:
     return "unreachable"
 
 
-def wait_for(pred: Any, timeout: float, what: str, step: float = 0.05) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise TimeoutError(f"ray_attribution: timed out waiting for {what}")
-
-
 def one_run(fake: Any, client: Any, flags: Path, delay: float, restore: bool) -> dict[str, Any]:
     import ray
 
@@ -77,7 +70,7 @@ def one_run(fake: Any, client: Any, flags: Path, delay: float, restore: bool) ->
         max_retries_preemption=0,
     )
     job = client.launch(req)
-    wait_for(lambda: len(list(flags.glob("up-*"))) == 4, 180, "the 4 hosts of attempt 0")
+    wait_for(lambda: len(list(flags.glob("up-*"))) == 4, 180, "the 4 hosts of attempt 0", 0.05)
     lost = client.poll(job).attempts[0].slices[1]
     nodes = {n.node_id for n in fake._nodes[lost]}
     dead: dict[str, float] = {}
