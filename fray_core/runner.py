@@ -220,6 +220,9 @@ class GangRunner:
 
     ``clock`` (monotonic seconds) and ``sleep`` are injectable so tests can drive thousands of attempts
     on a fake clock. ``on_change(info)`` is called after every state change (to persist the job record).
+    ``received_at``: when the job reached this process, by ``wall`` (default: its record's
+    ``submitted_at``, which its client stamped: on a cluster another machine's clock); the goodput's pending
+    share counts from it.
     """
 
     def __init__(
@@ -234,6 +237,7 @@ class GangRunner:
         sleep: Callable[[float], None] | None = None,
         on_change: Callable[[JobInfo], None] | None = None,
         info: JobInfo | None = None,
+        received_at: float | None = None,
     ) -> None:
         self.job_id = JobId(str(job_id))
         self.request = request
@@ -250,6 +254,10 @@ class GangRunner:
         self._attempt: Attempt | None = None  # the attempt being acquired for
         self._stall_is_startup = False  # the last STALLED attempt: no first heartbeat (else: one stopped coming)
         self._t0 = wall()  # when run() began (reset by run())
+        # When the job reached whoever runs it, by our wall clock: what a goodput's pending share counts
+        # from. The record's submitted_at is its client's wall clock, on a cluster another machine's (an hour
+        # behind would count an hour pending).
+        self._received_at = received_at
 
     # ------------------------------------------------------------------------------------- control
 
@@ -350,8 +358,9 @@ class GangRunner:
         chips = tpu.chips if isinstance(tpu, TpuConfig) else 0
         wanted = chips * max(self.request.resources.replica_counts) if chips else 0
         finished = info.finished_at if info.finished_at is not None else self.wall()
-        # a record made elsewhere may have been stamped by another clock than ours (tests on a fake clock)
-        submitted = info.submitted_at if info.submitted_at <= self._t0 else self._t0
+        # a record made elsewhere was stamped by another clock than ours (its client's; a fake clock in tests)
+        submitted = self._received_at if self._received_at is not None else info.submitted_at
+        submitted = min(submitted, self._t0)
         return Goodput.of(info.attempts, submitted, finished, chips, wanted)
 
     def _record(self, attempt: Attempt) -> None:

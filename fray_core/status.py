@@ -140,7 +140,8 @@ class Attempt:
 
 @attrs.frozen
 class Goodput:
-    """How a finished job's wall time (``submitted_at`` to ``finished_at``) was spent, in seconds and in
+    """How a finished job's wall time (from when it reached its runner, by the runner's clock, to
+    ``finished_at``; locally that is ``submitted_at``) was spent, in seconds and in
     chip-seconds: ``pending_s`` queued, acquiring slices or backing off between attempts; ``productive_s``
     the attempt that produced the result, from getting its slices to its end; ``lost_s`` attempts that did
     not (preempted, failed, cancelled, resized to grow an elastic job). The three add up to the wall time.

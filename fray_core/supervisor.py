@@ -65,6 +65,8 @@ class Supervisor:
       (read back by :meth:`RecordCluster.owner_gone`); ``label``: the backend's name in error texts.
     - ``cleanup``: called once the runner returned (or crashed), before the provider is closed (the local
       backend kills what is left of the job's hosts there); ``on_ended``: called last (Ray: the actor exits).
+    - ``received_at``: when the job reached this process, by its wall clock (see :class:`GangRunner`); the
+      record's ``submitted_at`` is its client's clock, which on a cluster is another machine's.
     - ``ended`` is set once the final record is written (or could not be), ``done`` once everything is released.
 
     A crash of the runner or the provider ends the job FAILED with the reason (its traceback goes to the
@@ -86,6 +88,7 @@ class Supervisor:
         label: str,
         cleanup: Callable[[], None] | None = None,
         on_ended: Callable[[], None] | None = None,
+        received_at: float | None = None,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -97,7 +100,9 @@ class Supervisor:
         self.ended = threading.Event()
         self.done = threading.Event()
         self.write_error: str | None = None  # why the last record write failed (None: it did not)
-        self.runner = GangRunner(info.job_id, request, provider, policy=policy, on_change=self.persist, info=info)
+        self.runner = GangRunner(
+            info.job_id, request, provider, policy=policy, on_change=self.persist, info=info, received_at=received_at
+        )
         self.thread: threading.Thread | None = None
         self._go = threading.Event()
         self._abandoned = False

@@ -72,6 +72,9 @@ SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
+CLOCK_RESYNC = 600.0  # seconds between two readings of the cluster's clock by one client
+CLOCK_RETRY = 30.0  # seconds before a client tries again when the cluster's clock could not be read
+CLOCK_TIMEOUT = 10.0  # seconds one reading may take (the first may create the scheduler actor)
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 
 # Not settable in .options(): the concurrency groups. No task events: a supervisor's calls (a log batch from
@@ -81,6 +84,61 @@ WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
 # returns at once, so a few serve thousands of hosts; 64 made each supervisor ~107 threads (issue 29).
 SUPERVISOR_THREADS = 8
 _Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
+
+
+class ClusterClock:
+    """This client's reading of the cluster's clock, for the one thing compared across clients: a job's
+    place in the cluster's line (``queued_at``). ``read()`` returns the cluster's wall clock (its scheduler
+    actor's) or ``None``; it is called once, again every ``resync`` seconds, and carried forward meanwhile on
+    this machine's monotonic clock, so a launch costs no round trip and one client's jobs keep the order it
+    launched them in (the times it gives only go up), whichever of their supervisors starts first. ``now()``
+    is ``None`` while the cluster's clock cannot be read (the job's supervisor then stamps it on arrival).
+
+    Why not the supervisor's own clock on arrival: two jobs launched one after the other start two
+    supervisor processes at once, and the second may be up first (seen in CI: a job queued behind the one
+    launched after it).
+
+    >>> ticks = iter([0.0, 0.2, 5.0])
+    >>> clock = ClusterClock(lambda: 1000.0, mono=lambda: next(ticks))
+    >>> clock.now(), clock.now()  # the reading took 0.2 s: the cluster read 1000.0 at 0.1
+    (1000.1, 1004.9)
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], float | None],
+        *,
+        resync: float = CLOCK_RESYNC,
+        retry: float = CLOCK_RETRY,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read, self._resync, self._retry, self._mono = read, resync, retry, mono
+        self._offset: float | None = None  # cluster time - our monotonic time
+        self._synced = 0.0  # our monotonic time of the last reading
+        self._next_try = float("-inf")
+        self._last = float("-inf")  # the last time given: every later one is larger
+        self._lock = threading.Lock()
+
+    def now(self) -> float | None:
+        with self._lock:
+            now = self._mono()
+            stale = self._offset is None or now - self._synced >= self._resync
+            if stale and now >= self._next_try:
+                before = now
+                try:
+                    cluster = self._read()
+                except Exception:
+                    cluster = None
+                now = self._mono()
+                if cluster is not None:
+                    self._offset, self._synced = cluster - (before + now) / 2, now
+                else:
+                    self._next_try = now + self._retry
+            if self._offset is None:
+                return None
+            t = max(self._offset + now, self._last + 1e-6)
+            self._last = t
+            return t
 
 
 class RayCluster(RecordCluster):
@@ -178,6 +236,7 @@ class RayCluster(RecordCluster):
         #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
         #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
         self.wall: Callable[[], float] = time.time
+        self.clock = ClusterClock(self._read_cluster_clock)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def __repr__(self) -> str:
@@ -245,6 +304,13 @@ class RayCluster(RecordCluster):
             threading.Thread(target=self._warm_after, args=(job_id,), daemon=True, name="fray-warm-supervisor").start()
         return job_id
 
+    def _read_cluster_clock(self) -> float | None:
+        """The cluster's wall clock: its scheduler actor's (created here if it does not exist yet)."""
+        from fray_ray.scheduler import SchedulerClient
+
+        scheduler = SchedulerClient(self.namespace, self.non_preemptible_resource, self.quarantine)
+        return scheduler.call("now", timeout=CLOCK_TIMEOUT)
+
     def _kv(self, op: str, key: bytes, value: bytes = b"") -> bytes | None:
         """Ray's KV store in this cluster's namespace (``op``: put, get, del); ``None`` when it cannot be
         used (Ray client mode)."""
@@ -279,6 +345,7 @@ class RayCluster(RecordCluster):
             "non_preemptible_tpu_label": self.non_preemptible_tpu_label,
             "quarantine": self.quarantine,
             "queue_ttl": self.queue_ttl,
+            "queued_at": self.clock.now(),  # its place in the cluster's line, by the cluster's clock
         }
         job = (job_id, request_bytes, settings)
         if not self._store_ok:

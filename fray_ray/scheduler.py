@@ -199,6 +199,11 @@ class Scheduler:
                 self._quarantine.repaired(key, host)
         return was
 
+    async def now(self) -> float:
+        """This actor's wall clock: the one clock jobs' places in line are stamped by (each client reads it
+        once and carries it forward on its own monotonic clock, see ``fray_ray.cluster.ClusterClock``)."""
+        return time.time()
+
     async def state(self) -> dict[str, Any]:
         """``{"queues": {pool: [job ids]}, "quarantined": {slice name: reason}, "quarantined_hosts": {node
         id: "<slice> host <h>"}, "device_failures": {slice name: [hosts with a device failure on record]}}``."""

@@ -149,9 +149,11 @@ class JobSupervisor:
                 return False
             self._claimed = True
             self.job_id = job_id
-        # The job's place in the cluster's queue: when it reached a supervisor, by this (the head's) clock,
-        # the same for every job; the record's submitted_at is its client's wall clock, another machine's.
-        self.received_at = time.time()
+        # The job's place in the cluster's queue, by the cluster's clock (the scheduler's, as its client read
+        # it: ClusterClock), the same for every job; else when it reached this supervisor, by this (the head's)
+        # clock. Never the record's submitted_at: its client's wall clock, another machine's.
+        queued_at = settings.get("queued_at")
+        self.received_at = float(queued_at) if isinstance(queued_at, (int, float)) else time.time()
         threading.Thread(target=self._begin, args=(job_id, request_bytes, settings), daemon=True).start()
         return True
 
@@ -276,7 +278,7 @@ class JobSupervisor:
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         self.supervisor = Supervisor(
             self.store, request, self.provider, self.log, info=info, policy=settings["policy"] or RetryPolicy(),
-            owner=owner, label="Ray", on_ended=self._exit,
+            owner=owner, label="Ray", on_ended=self._exit, received_at=min(self.received_at, time.time()),
         )  # fmt: skip
         self.supervisor.ended = self._ended  # the event wait_ended() serves: set once the final record is written
         self.runner = self.supervisor.runner

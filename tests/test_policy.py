@@ -72,6 +72,25 @@ def test_goodput_of_a_cpu_job_has_no_chip_seconds() -> None:
     assert (g.productive_s, g.lost_s, g.pending_s, g.ratio, g.chip_ratio) == (1.0, 0.0, 0.0, 1.0, 0.0)
 
 
+def test_goodput_counts_pending_from_when_the_job_reached_its_runner_not_by_its_clients_clock() -> None:
+    """On a cluster, the record's submitted_at is the client's wall clock (another machine's): a client an
+    hour behind must not make an hour of pending; the runner counts from ``received_at``, by its own clock."""
+    clock = FakeClock()
+    provider = InMemorySliceProvider({"v4-16": 1}, clock)
+    info = JobInfo(job_id="job-1", name="job", status=JobStatus.PENDING, submitted_at=clock.wall() - 3600.0)
+    clock.advance(2.0)  # the job travels to its runner for 2 s
+    received = clock.wall()
+    clock.advance(1.0)  # and its runner starts 1 s later
+    runner = GangRunner(
+        "job-1", tpu_request(), provider, policy=RetryPolicy(poll_interval=1.0), clock=clock, wall=clock.wall,
+        sleep=clock.sleep, info=info, received_at=received,
+    )  # fmt: skip
+    assert runner.run().status is JobStatus.SUCCEEDED
+    g = runner.info.goodput
+    assert (g.pending_s, g.productive_s) == (1.0, 1.0)
+    assert runner.info.submitted_at == clock.WALL_EPOCH - 3600.0  # what the user submitted at, kept as stamped
+
+
 def test_a_bad_goodput_field_names_the_field() -> None:
     import pytest
 
