@@ -138,6 +138,8 @@ class IsolationUnavailable(RuntimeError):
 # the client's working tree and home hidden, fray from a copy (as installed on a real host, not the client's
 # checkout). What stays shared: the Ray session dir (the raylet's sockets and logs, which the client's own
 # node reads, as Ray's log monitor would; the GCS is TCP), /dev/shm (each raylet's object store) and /proc.
+# Python itself stays where it is, put back inside a hidden directory when it lies there (CI's venv is
+# .ci/.venv in the checkout): the host's interpreter, as a real host has one installed, and nothing else.
 _ISOLATE_SH = r"""set -e
 mount --bind "$FRAY_ISO_SESSION" "$FRAY_ISO_STASH"
 mount -t tmpfs -o size=512m,mode=1777 fray-host-tmp /tmp
@@ -145,9 +147,13 @@ mkdir -p "$FRAY_ISO_SESSION"
 mount --bind "$FRAY_ISO_STASH" "$FRAY_ISO_SESSION"
 IFS='
 '
+i=0
+for k in $FRAY_ISO_KEEP; do mount --bind "$k" "$FRAY_ISO_STASH-keep/$i"; i=$((i+1)); done
 for d in $FRAY_ISO_HIDE; do mount -t tmpfs -o size=1m,mode=755 fray-hidden "$d"; done
+i=0
+for k in $FRAY_ISO_KEEP; do mkdir -p "$k"; mount --bind "$FRAY_ISO_STASH-keep/$i" "$k"; i=$((i+1)); done
 export PYTHONPATH="$FRAY_ISO_SITE"
-unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_SITE
+unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_KEEP FRAY_ISO_SITE
 exec "$@"
 """
 
@@ -158,6 +164,7 @@ class _Isolation:
 
     root: str  # outside /tmp: the fray copy and the mount point each namespace puts the session dir on
     hide: list[str]
+    keep: list[str] = attrs.field(factory=list)  # Python's own directories inside a hidden one: put back
     active: bool = False  # set while isolated hosts are being added
 
     @staticmethod
@@ -207,18 +214,18 @@ class _Isolation:
             and os.path.isdir(p)
             and "\n" not in p
             and not p.startswith("/tmp/")
-            and not any(k == p or k.startswith(p + os.sep) for k in keep)
+            # never Python's own directory or one inside it (one holding it is hidden, Python put back)
+            and not any(k == p or p.startswith(k + os.sep) for k in keep)
+            and not keep[2].startswith(p + os.sep)
         )
-        cwd = os.path.realpath(os.getcwd())
-        inside = [k for k in keep[:2] if k == cwd or k.startswith(cwd + os.sep)]
-        if inside:  # a venv inside the client's work tree (CI's .ci/.venv): hiding the tree would hide Python
+        # a venv inside a hidden directory (CI's .ci/.venv in the checkout): the hosts need that Python
+        inside = sorted({k for k in keep[:2] if any(k.startswith(h + os.sep) for h in hide)})
+        if any("\n" in k for k in inside):
             shutil.rmtree(root, ignore_errors=True)
-            raise IsolationUnavailable(
-                f"fake_tpu_cluster(isolated=True): the client's working directory {cwd} holds its Python "
-                f"({inside[0]}), which the hosts need: it cannot be hidden from them; run from elsewhere, with "
-                "Python installed outside the working tree"
-            )
-        return cls(root=root, hide=hide)
+            raise IsolationUnavailable(f"fake_tpu_cluster(isolated=True): a newline in Python's path {inside}")
+        for i in range(len(inside)):
+            os.makedirs(os.path.join(root, f"session-keep/{i}"))
+        return cls(root=root, hide=hide, keep=inside)
 
     def wrap(self, command: list[str]) -> list[str]:
         session = next((c.split("=", 1)[1] for c in command if c.startswith("--session_dir=")), None)
@@ -231,6 +238,7 @@ class _Isolation:
             f"FRAY_ISO_SESSION={session}",
             f"FRAY_ISO_STASH={os.path.join(self.root, 'session')}",
             f"FRAY_ISO_HIDE={chr(10).join(self.hide)}",
+            f"FRAY_ISO_KEEP={chr(10).join(self.keep)}",
             f"FRAY_ISO_SITE={os.path.join(self.root, 'site')}",
             "unshare",
             "--mount",
