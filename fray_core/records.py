@@ -63,6 +63,14 @@ FINAL_WRITE_DEADLINE = 10.0  # seconds write_final keeps trying (file descriptor
 
 
 _READ_ONLY_PROTOCOLS = {"http", "https", "github", "zip", "tar", "libarchive"}
+#: Job stores a backend provides, named to fsspec by import path (fsspec imports one only when a store URL
+#: uses it): ``ray-kv://HOST:PORT/NAMESPACE``, a Ray cluster's own store (its default, ``fray_ray.kvfs``).
+BACKEND_STORES = {
+    "ray-kv": (
+        "fray_ray.kvfs.RayKVFileSystem",
+        "a Ray cluster's store needs fray's Ray backend: pip install 'fray[ray]'",
+    )
+}
 
 
 def default_jobs_dir() -> str:
@@ -253,6 +261,9 @@ class JobStore:
 
         self.root = (root or default_jobs_dir()).rstrip("/")
         self.shared = _shared_from_env() if shared is None else bool(shared)
+        for protocol, (path, errtxt) in BACKEND_STORES.items():
+            if self.root.startswith(protocol + "://"):
+                fsspec.register_implementation(protocol, path, clobber=False, errtxt=errtxt)
         try:
             self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
         except (ImportError, ValueError, TypeError) as e:  # unknown protocol, or its fsspec package is missing

@@ -122,6 +122,8 @@ class Supervisor:
         """Write the record (the runner's ``on_change``). A failed write is remembered, not raised: the job
         goes on, and the next change writes it again; a final record that failed is written by :meth:`run`
         once the job's hosts are released (:meth:`JobStore.write_final`)."""
+        if info.status.is_terminal() and not self.store.is_local:
+            self.upload_log()  # first: whoever sees the job ended sees all of its log (a remote store's copy)
         try:
             self.store.write(info, **self.owner)
         except Exception as e:  # noqa: BLE001 - any failure to record must not stop the job
@@ -190,6 +192,8 @@ class Supervisor:
             )
             info.finished_at = self.runner.wall()  # the runner's steady wall clock: no negative durations
         self.log.close()
+        if not self.store.is_local:  # before the final record: whoever sees the job ended sees all its log
+            self.upload_log()
         problem = None
         if self._final_written:
             self.store.drop_reserve(self.job_id)
@@ -202,8 +206,6 @@ class Supervisor:
             except (OSError, ValueError):
                 pass
         self.ended.set()
-        if not self.store.is_local:
-            self.upload_log()
         self.done.set()
         if self.on_ended is not None:
             self.on_ended()

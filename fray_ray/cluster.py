@@ -12,13 +12,15 @@ Example::
 
 Each job is supervised by a detached actor on a non-preemptible node (the head node by default), so
 ``launch`` returns at once and the job outlives the launching process; any process connected to the same
-cluster can ``poll``/``wait``/``terminate``/``logs`` it by id. Records and logs live in the job store
-(``jobs_dir``: give a ``gs://`` URL for a cluster of several machines).
+cluster can ``poll``/``wait``/``terminate``/``logs`` it by id. Records and logs live in the job store:
+by default in the cluster itself (its GCS's key-value store, as Ray's job submission keeps its jobs), or
+``jobs_dir`` (a ``gs://`` URL for records that outlive the cluster).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 import weakref
@@ -61,7 +63,6 @@ DEFAULT_RAY_POLICY = RetryPolicy(
     host_start_timeout=600.0,
 )
 DEFAULT_NAMESPACE = "fray"
-_KV_JOBS_DIR = b"fray:jobs_dir"
 TERMINATE_TIMEOUT = 60.0
 # ``launch`` writes the PENDING record, then creates the supervisor (named actors are registered with the GCS
 # before ``.remote()`` returns): a poller in between must not call the job's supervisor gone. ``launch`` says
@@ -148,8 +149,9 @@ class RayCluster(RecordCluster):
       cluster started with ``ray start``).
     - ``namespace``: where the job supervisors live (default ``"fray"``); processes that share it see
       each other's jobs.
-    - ``jobs_dir``: the job store. Default: the one the cluster already uses (kept in Ray's KV store by
-      the first client), else ``$FRAY_JOBS_DIR`` / ``~/.cache/fray/jobs``.
+    - ``jobs_dir``: the job store. Default: ``$FRAY_JOBS_DIR`` when set, else the cluster's own store in
+      Ray's GCS (``ray-kv://GCS/NAMESPACE``, see :mod:`fray_ray.kvfs`: records and logs every machine that
+      reaches the cluster reads; files up to 64 MiB). A ``gs://`` URL keeps records past the cluster's life.
     - ``retry_policy``: backoff and deadlines of the shared runner.
     - ``non_preemptible_resource``: a resource only non-preemptible nodes have; supervisors and
       ``preemptible=False`` work request a sliver of it (default: Ray's head-node marker).
@@ -218,7 +220,7 @@ class RayCluster(RecordCluster):
         self.non_preemptible_resource = non_preemptible_resource
         self.preemption_probe = preemption_probe
         self.autoscaling = autoscaling
-        self.store = JobStore(jobs_dir or self._shared_jobs_dir())
+        self.store = JobStore(jobs_dir or self._default_store())
         self.spec = "ray" if address in (None, "auto") else f"ray?address={address}"
         #: The spec that reaches this cluster from anywhere (its real address), as job records keep it.
         self.record_spec = f"ray?address={self.gcs_address}" if self.gcs_address else self.spec
@@ -242,20 +244,15 @@ class RayCluster(RecordCluster):
     def __repr__(self) -> str:
         return f"RayCluster(address={self.address!r}, namespace={self.namespace!r}, jobs_dir={self.store.root!r})"
 
-    @staticmethod
-    def _shared_jobs_dir() -> str:
-        """The jobs dir the cluster's first client chose, so every client finds the same records."""
-        try:
-            from ray.experimental import internal_kv
-
-            stored = internal_kv._internal_kv_get(_KV_JOBS_DIR, namespace=DEFAULT_NAMESPACE)
-            if stored:
-                return stored.decode()
-            mine = default_jobs_dir()
-            internal_kv._internal_kv_put(_KV_JOBS_DIR, mine.encode(), overwrite=False, namespace=DEFAULT_NAMESPACE)
-            return mine
-        except Exception:  # KV unavailable (e.g. Ray client mode): every client uses its own default
+    def _default_store(self) -> str:
+        """The store of a client that named none: ``$FRAY_JOBS_DIR`` when set, else the cluster's own
+        (``ray-kv://GCS/NAMESPACE``, :mod:`fray_ray.kvfs`), which every machine reaching the cluster reaches;
+        a local dir only without a GCS address (Ray client mode)."""
+        if os.environ.get("FRAY_JOBS_DIR") or not self.gcs_address:
             return default_jobs_dir()
+        from fray_ray.kvfs import kv_root  # imports fsspec, which the store imports anyway
+
+        return kv_root(self.gcs_address, self.namespace)
 
     # ---------------------------------------------------------------------------------------- launch
 

@@ -12,6 +12,7 @@ removes itself after ``idle_timeout`` seconds (its client also kills it on exit)
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -295,7 +296,10 @@ class JobSupervisor:
         return warm[1] if warm is not None and warm[0] == key else None
 
     def _exit(self) -> None:
-        """The job ended and everything of it is released: this actor goes away."""
+        """The job ended and everything of it is released: this actor goes away (with the job's local copy
+        of its log when its store is elsewhere: the store has it all by now)."""
+        if not self.store.is_local:
+            shutil.rmtree(os.path.dirname(self.log.path), ignore_errors=True)
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
     # ---------------------------------------------------------------------------- called by others

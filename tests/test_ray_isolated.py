@@ -1,7 +1,8 @@
 """A client that shares nothing with the TPU hosts but the cluster's address (issue 28): the emulated hosts
 run in mount namespaces of their own (``fake_tpu_cluster(isolated=True)``: a private ``/tmp``, the client's
 working tree and home hidden, fray installed from a copy). A job whose code is only in the client's own
-directory runs it there, and the client's ``fray logs``/``fray stop`` (no flags) work.
+directory runs it there; its records stay in the cluster (the default store, ``ray-kv://``), and the client's
+``fray logs``/``fray stop`` work knowing only the address (``RAY_ADDRESS``).
 
 One small isolated cluster (head + one v4-8 host) in a subprocess of its own: this process may be
 connected to the session's emulated cluster already, and a process joins one Ray cluster. Runs under the
@@ -66,7 +67,10 @@ try:
     assert info.status is JobStatus.SUCCEEDED, info.error
     print("FACTS", json.dumps(info.result[0]))
     job = cluster.launch(tpu(iso_mod.chatty, n=3))
+    print("STORE", cluster.store.root)
+    # another process of the client's machine, knowing only the address (as `ray job` takes it)
     env = {{k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}}
+    env["RAY_ADDRESS"] = fake.address
     fray = [sys.executable, "-m", "fray_core.cli"]
     end = time.monotonic() + 90
     while True:
@@ -89,7 +93,9 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     (proj / "iso_mod.py").write_text(CLIENT_MOD)
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(DRIVER.format(proj=str(proj), cwd=os.getcwd(), skip=SKIP)))
-    env = {**os.environ, "FRAY_JOBS_DIR": str(tmp_path / "jobs"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    # no store named: the cluster keeps the records (ray-kv://), nothing on the client's disk
+    env = {k: v for k, v in os.environ.items() if k != "FRAY_JOBS_DIR"}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_CACHE_HOME=str(tmp_path / "cache"))
     out = subprocess.run(
         [sys.executable, str(driver)], capture_output=True, text=True, timeout=400, cwd=os.getcwd(), env=env
     )
@@ -99,6 +105,7 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     got = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line}
     import json
 
+    assert got["STORE"].startswith("ray-kv://") and not (tmp_path / "cache").exists(), got["STORE"]
     facts = json.loads(got["FACTS"])
     # the module came with the job (Ray's working_dir, unpacked on the host), not from the client's path
     assert facts["module"].endswith("/iso_mod.py") and not facts["module"].startswith(str(proj)), facts

@@ -1,0 +1,299 @@
+"""Job records kept in the Ray cluster itself: an fsspec filesystem over the GCS's key-value store.
+
+A Ray cluster's default job store (``RayCluster()`` with no ``jobs_dir`` and no ``$FRAY_JOBS_DIR``) is
+``ray-kv://HOST:PORT/NAMESPACE``: every machine that reaches the cluster's address reaches its records, as
+Ray's own job submission keeps its jobs' info in the GCS. The URL names the GCS, so a record found anywhere
+says where to read the rest of it, and a process reads the store with a plain GCS client (no ``ray.init``,
+no worker): the CLI lists a cluster's jobs in milliseconds.
+
+``JobStore`` uses it as it uses ``gs://``: records written whole, the job's log appended in parts
+(``fray_core._logupload``). Limits, because the GCS holds every byte in its memory: a file of at most
+:data:`MAX_FILE` bytes (a larger result or log fails its write saying so: give ``jobs_dir='gs://...'``
+for those); a job's log keeps growing until then.
+
+Layout in the KV namespace :data:`KV_NAMESPACE`: ``m:<path>`` a file's metadata (JSON: its generation and
+its chunks' sizes), ``d:<path>:<generation>:<i>`` its bytes, in chunks of at most :data:`CHUNK` bytes. A
+rewrite puts the new chunks under a new generation and then the metadata (one put: a reader sees the old
+file or the new one, never a mix); an append rewrites only the last chunk and adds new ones, then the
+metadata. Directories are implicit (a path with files under it), as in an object store.
+
+Example::
+
+    store = JobStore("ray-kv://10.0.0.2:6379/fray")  # fray_core.records registers the protocol lazily
+    store.list_infos()
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import threading
+import uuid
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+__all__ = ["CHUNK", "KV_NAMESPACE", "MAX_FILE", "PROTOCOL", "RayKVFileSystem", "kv_root"]
+
+PROTOCOL = "ray-kv"
+KV_NAMESPACE = "fray-store"
+CHUNK = 1 << 20  # bytes per KV value: an append rewrites at most this much
+MAX_FILE = 64 << 20  # bytes per file: the GCS keeps all of it in memory
+TIMEOUT = 10.0  # seconds per GCS call: an unreachable cluster fails a store call, never hangs it
+
+
+def kv_root(gcs_address: str, namespace: str) -> str:
+    """The store URL of a cluster's records.
+
+    >>> kv_root("10.0.0.2:6379", "fray")
+    'ray-kv://10.0.0.2:6379/fray'
+    """
+    return f"{PROTOCOL}://{gcs_address}/{namespace}"
+
+
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _gcs(address: str) -> Any:
+    """A GCS client for ``address`` (one per process and address): the connected worker's when this
+    process is connected to that cluster, else a plain one."""
+    with _clients_lock:
+        client = _clients.get(address)
+        if client is None:
+            from ray._raylet import GcsClient
+
+            client = _clients[address] = GcsClient(address=address)
+        return client
+
+
+class RayKVFileSystem(AbstractFileSystem):
+    """fsspec filesystem ``ray-kv://HOST:PORT/...`` over the GCS key-value store (see the module doc)."""
+
+    protocol = PROTOCOL
+    root_marker = ""
+
+    # ------------------------------------------------------------------------------------ keys
+
+    def _split(self, path: str) -> tuple[Any, str]:
+        """(the GCS client, the path within the store) of ``path`` (``HOST:PORT/rest``, protocol optional)."""
+        path = self._strip_protocol(path).rstrip("/")
+        address, _, rest = path.partition("/")
+        if not address or ":" not in address:
+            raise ValueError(f"{PROTOCOL}:// path {path!r}: expected {PROTOCOL}://HOST:PORT/NAMESPACE/...")
+        return _gcs(address), rest
+
+    @staticmethod
+    def _call(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args, namespace=KV_NAMESPACE.encode(), timeout=TIMEOUT)
+        except Exception as e:  # Ray's own errors (RpcError, GetTimeoutError) as the OSError callers expect
+            raise OSError(errno.EIO, f"Ray's GCS key-value store: {type(e).__name__}: {e}") from e
+
+    def _meta(self, gcs: Any, rest: str) -> dict[str, Any] | None:
+        raw = self._call(gcs.internal_kv_get, f"m:{rest}".encode())
+        return json.loads(raw) if raw else None
+
+    # ---------------------------------------------------------------------------- fsspec API
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        gcs, rest = self._split(path)
+        name = self._strip_protocol(path).rstrip("/")
+        meta = self._meta(gcs, rest)
+        if meta is not None:
+            return {"name": name, "size": sum(meta["sizes"]), "type": "file"}
+        if self._call(gcs.internal_kv_keys, f"m:{rest}/".encode() if rest else b"m:"):
+            return {"name": name, "size": 0, "type": "directory"}
+        raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", name)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        gcs, rest = self._split(path)
+        base = self._strip_protocol(path).rstrip("/")
+        prefix = f"m:{rest}/" if rest else "m:"
+        children: dict[str, str] = {}
+        for key in self._call(gcs.internal_kv_keys, prefix.encode()):
+            tail = key.decode(errors="replace")[len(prefix) :]
+            head, sep, _ = tail.partition("/")
+            if head:
+                children[head] = "directory" if sep or children.get(head) == "directory" else "file"
+        if not children:
+            if self._meta(gcs, rest) is not None:  # ls of a file: the file
+                return [self.info(path)] if detail else [base]
+            raise FileNotFoundError(errno.ENOENT, "no such directory in the cluster's store", base)
+        names = sorted(children)
+        if not detail:
+            return [f"{base}/{n}" for n in names]
+        return [
+            {"name": f"{base}/{n}", "type": t, "size": 0} if t == "directory" else self.info(f"{base}/{n}")
+            for n, t in ((n, children[n]) for n in names)
+        ]
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        gcs, rest = self._split(path)
+        if self._call(gcs.internal_kv_exists, f"m:{rest}".encode()):
+            return True
+        return bool(self._call(gcs.internal_kv_keys, f"m:{rest}/".encode()))
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        pass  # directories are implicit
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        pass
+
+    def rm_file(self, path: str) -> None:
+        gcs, rest = self._split(path)
+        meta = self._meta(gcs, rest)
+        if meta is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", path)
+        self._call(gcs.internal_kv_del, f"m:{rest}".encode(), False)
+        self._call(gcs.internal_kv_del, f"d:{rest}:".encode(), True)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        for p in [path] if isinstance(path, str) else list(path):
+            gcs, rest = self._split(p)
+            if self._meta(gcs, rest) is not None:
+                self.rm_file(p)
+            elif recursive:
+                self._call(gcs.internal_kv_del, f"m:{rest}/".encode(), True)
+                self._call(gcs.internal_kv_del, f"d:{rest}/".encode(), True)
+            elif self.exists(p):
+                raise IsADirectoryError(errno.EISDIR, "a directory: rm it with recursive=True", p)
+            else:
+                raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", p)
+
+    def _rm(self, path: str) -> None:
+        self.rm(path)
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        gcs, rest = self._split(path)
+        if mode == "rb":
+            meta = self._meta(gcs, rest)
+            if meta is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", path)
+            if len(meta["sizes"]) <= 1:  # a record: read now, in one call (a rewrite meanwhile cannot tear it)
+                return io.BytesIO(b"".join(self._chunks(gcs, rest, meta, 0, 0)) if meta["sizes"] else b"")
+            return io.BufferedReader(_Reader(self, gcs, rest, meta), buffer_size=CHUNK)
+        if mode in ("wb", "ab", "xb"):
+            if mode == "xb" and self._meta(gcs, rest) is not None:
+                raise FileExistsError(errno.EEXIST, "exists in the cluster's store", path)
+            return _Writer(self, gcs, rest, append=mode == "ab")
+        raise ValueError(f"{PROTOCOL}://: mode {mode!r} is not supported (rb, wb, ab, xb)")
+
+    # ------------------------------------------------------------------------------ reads/writes
+
+    def _chunks(self, gcs: Any, rest: str, meta: dict[str, Any], first: int, last: int) -> list[bytes]:
+        keys = [f"d:{rest}:{meta['gen']}:{i}".encode() for i in range(first, last + 1)]
+        got = self._call(gcs.internal_kv_multi_get, keys)
+        out = []
+        for i, key in zip(range(first, last + 1), keys):
+            data = got.get(key)
+            if data is None or len(data) < meta["sizes"][i]:  # rewritten or removed meanwhile
+                raise OSError(errno.EIO, f"{PROTOCOL}://{rest} changed while being read: read it again")
+            out.append(data[: meta["sizes"][i]])  # an append after our look may have made it longer
+        return out
+
+    def _commit(self, gcs: Any, rest: str, data: bytes, append: bool) -> None:
+        meta = self._meta(gcs, rest) if append else None
+        if meta is not None and meta["sizes"]:
+            total = sum(meta["sizes"]) + len(data)
+            if total > MAX_FILE:
+                raise _too_big(rest, total)
+            last = len(meta["sizes"]) - 1
+            if meta["sizes"][last] < CHUNK:  # fill the last chunk up first
+                (tail,) = self._chunks(gcs, rest, meta, last, last)
+                data = tail + data
+                meta["sizes"].pop()
+            start = len(meta["sizes"])
+            gen = meta["gen"]
+        else:
+            if len(data) > MAX_FILE:
+                raise _too_big(rest, len(data))
+            old = self._meta(gcs, rest)
+            gen, start, meta = uuid.uuid4().hex[:12], 0, {"sizes": []}
+        pieces = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+        for i, piece in enumerate(pieces, start):
+            self._call(gcs.internal_kv_put, f"d:{rest}:{gen}:{i}".encode(), piece, True)
+        meta = {"gen": gen, "sizes": meta["sizes"] + [len(p) for p in pieces]}
+        self._call(gcs.internal_kv_put, f"m:{rest}".encode(), json.dumps(meta).encode(), True)
+        if not append and old is not None:  # the old generation's bytes, once nothing points at them
+            self._call(gcs.internal_kv_del, f"d:{rest}:{old['gen']}:".encode(), True)
+
+
+def _too_big(rest: str, size: int) -> OSError:
+    return OSError(
+        errno.EFBIG,
+        f"{PROTOCOL}://{rest}: {size} bytes; the cluster's own store keeps at most {MAX_FILE} bytes per file "
+        "(the GCS holds it in memory): give RayCluster(jobs_dir='gs://BUCKET/fray') for larger results and logs",
+    )
+
+
+class _Reader(io.RawIOBase):
+    """A file of the store as it was when opened, read a chunk at a time."""
+
+    def __init__(self, fs: RayKVFileSystem, gcs: Any, rest: str, meta: dict[str, Any]) -> None:
+        self._fs, self._gcs, self._rest, self._meta = fs, gcs, rest, meta
+        self._size = sum(meta["sizes"])
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        if self._pos >= self._size:
+            return 0
+        start = 0
+        for i, size in enumerate(self._meta["sizes"]):  # the chunk holding _pos
+            if self._pos < start + size:
+                (data,) = self._fs._chunks(self._gcs, self._rest, self._meta, i, i)
+                piece = data[self._pos - start :][: len(buffer)]
+                buffer[: len(piece)] = piece
+                self._pos += len(piece)
+                return len(piece)
+            start += size
+        return 0
+
+
+class _Writer(io.RawIOBase):
+    """Bytes kept here and committed at ``close`` (one metadata put makes them visible)."""
+
+    def __init__(self, fs: RayKVFileSystem, gcs: Any, rest: str, append: bool) -> None:
+        self._fs, self._gcs, self._rest, self._append = fs, gcs, rest, append
+        self._buf = io.BytesIO()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        n = self._buf.write(data)
+        if self._buf.tell() > MAX_FILE:
+            raise _too_big(self._rest, self._buf.tell())
+        return n
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is not None:  # the writer failed: nothing of it is committed
+            self._buf = None  # type: ignore[assignment]
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self._buf is None:
+            super().close()
+            return
+        try:
+            self._fs._commit(self._gcs, self._rest, self._buf.getvalue(), self._append)
+        finally:
+            self._buf = io.BytesIO()
+            super().close()
