@@ -62,6 +62,9 @@ _PORTS_PER_NODE = (
     "metrics_agent_port",
     "metrics_export_port",
     "runtime_env_agent_port",
+    # not Ray's fixed 52365: beside another emulated cluster (a bench script's beside the test session's), a
+    # head whose agent found it taken could not run Ray job submission (CI 2026-11-27)
+    "dashboard_agent_listen_port",
 )
 _PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range (32768-60999), which the kernel hands out itself
 _used_ports: set[int] = set()
@@ -660,6 +663,7 @@ def fake_tpu_cluster(
         # not Ray's fixed 8265: a second emulated cluster on the machine (a bench script beside the test
         # session's) would find it taken and start without a dashboard, so without Ray job submission
         "dashboard_port": _fresh_port(),
+        **_fresh_ports(),
     }
     isolation = None
     if isolated:
