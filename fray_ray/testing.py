@@ -625,8 +625,10 @@ def fake_tpu_cluster(
     workers) runs in a mount namespace with a private ``/tmp`` (its own ``/tmp/libtpu_lockfile``), without
     this process's working directory, home or ``PYTHONPATH`` entries, and with fray from a copy (installed on
     the host, not the client's checkout); a job's own code reaches it only as Ray ships it. Shared still: the
-    Ray session dir (each raylet's sockets and logs), ``/dev/shm`` and ``/proc``; the head node is this
-    machine's (supervisors, and the client's own raylet). Needs mount namespaces (root, ``unshare``): else
+    Ray session dir (each raylet's sockets and logs), ``/dev/shm`` and ``/proc``. The head node's raylet is
+    isolated the same way (its workers are the supervisors and the scheduler): this process is a client that
+    reaches the cluster by its address, and a job store on its disk only is one the cluster cannot read.
+    Needs mount namespaces (root, ``unshare``): else
     :class:`IsolationUnavailable`, so a test skips saying why instead of passing unisolated.
 
     Ray's idle worker pool is off (``num_workers_soft_limit`` 0): every node shares this machine's cores, so
@@ -669,7 +671,10 @@ def fake_tpu_cluster(
     if isolated:
         _Isolation.check()
         isolation = _Isolation.make()
-    rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
+    # isolated: the head too is a machine of its own (its raylet, so the supervisors and the scheduler, see
+    # neither the client's files nor its /tmp); the client reaches it through the address, as from elsewhere
+    with isolation.starting() if isolation is not None else contextlib.nullcontext():
+        rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(
         ray_cluster=rc,
         cluster=None,

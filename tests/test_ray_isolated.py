@@ -4,7 +4,7 @@ working tree and home hidden, fray installed from a copy). A job whose code is o
 directory runs it there; its records stay in the cluster (the default store, ``ray-kv://``), and the client's
 ``fray logs``/``fray stop`` work knowing only the address (``RAY_ADDRESS``).
 
-One small isolated cluster (head + one v4-8 host) in a subprocess of its own: this process may be
+One small isolated cluster (isolated head + one v4-8 host) in a subprocess of its own: this process may be
 connected to the session's emulated cluster already, and a process joins one Ray cluster. Runs under the
 machine-wide Ray lock, as every Ray test."""
 
@@ -82,6 +82,15 @@ try:
     stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
     print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
     print("FINAL", cluster.wait(job, timeout=60).status.value)
+    # a store on the client's disk only: the head cannot read it, and launch says so in the caller
+    from fray_ray import RayCluster
+    local = RayCluster(address=fake.address, jobs_dir={jobs!r})
+    t0 = time.monotonic()
+    try:
+        local.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r}))
+        print("LOCAL", json.dumps("launched"))
+    except Exception as e:
+        print("LOCAL", json.dumps([type(e).__name__, str(e), time.monotonic() - t0]))
 finally:
     cm.__exit__(None, None, None)
 """
@@ -92,7 +101,8 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     proj.mkdir()
     (proj / "iso_mod.py").write_text(CLIENT_MOD)
     driver = tmp_path / "driver.py"
-    driver.write_text(textwrap.dedent(DRIVER.format(proj=str(proj), cwd=os.getcwd(), skip=SKIP)))
+    jobs = tmp_path / "client-jobs"
+    driver.write_text(textwrap.dedent(DRIVER.format(proj=str(proj), cwd=os.getcwd(), skip=SKIP, jobs=str(jobs))))
     # no store named: the cluster keeps the records (ray-kv://), nothing on the client's disk
     env = {k: v for k, v in os.environ.items() if k != "FRAY_JOBS_DIR"}
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_CACHE_HOME=str(tmp_path / "cache"))
@@ -116,3 +126,6 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     code, said = json.loads(got["STOP"])
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
+    kind, said, took = json.loads(got["LOCAL"])
+    assert kind == "FrayError" and "cannot reach the job store" in said and str(jobs) in said, said
+    assert took < 30, took
