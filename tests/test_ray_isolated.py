@@ -37,6 +37,12 @@ def facts(client_dir, client_cwd):
         "client_paths": [p for p in sys.path if p.startswith(client_dir)],
     }
 
+def survive_preemption(doomed):
+    # on the slice about to be lost: hold it until it is; on a fresh isolated slice: return
+    if os.environ["TPU_NAME"] == doomed:
+        time.sleep(300)
+    return os.environ["TPU_NAME"]
+
 def chatty(n):
     for i in range(n):
         print(f"line {i} from an isolated host", flush=True)
@@ -51,7 +57,7 @@ from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_ray.testing import IsolationUnavailable, fake_tpu_cluster
 
 try:
-    cm = fake_tpu_cluster({{"v4-8": 1}}, head_cpus=2, isolated=True)
+    cm = fake_tpu_cluster({{"v4-8": 1}}, head_cpus=2, isolated=True, health_check_period=1.0)
     fake = cm.__enter__()
 except IsolationUnavailable as e:
     print(e)
@@ -82,6 +88,23 @@ try:
     stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
     print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
     print("FINAL", cluster.wait(job, timeout=60).status.value)
+    # chaos on isolated hosts: the slice is lost at a seeded instant of the job's life (before it runs, or
+    # while it runs); the job is retried on a fresh slice, on the preemption budget only
+    import random
+    seed = int(os.environ.get("FRAY_ISO_SEED") or random.randrange(1 << 30))
+    print("SEED", seed, flush=True)
+    delay = random.Random(seed).uniform(0.0, 6.0)
+    (old_slice,) = [n for names in fake.slices().values() for n in names]
+    job = cluster.launch(JobRequest(
+        name="survive", entrypoint=Entrypoint(callable=iso_mod.survive_preemption, function_args={{"doomed": old_slice}}),
+        resources=ResourceConfig.with_tpu("v4-8"), max_retries_preemption=2, max_retries_failure=0))
+    time.sleep(delay)
+    fake.preempt(old_slice, restore_after=1.0)
+    t0 = time.monotonic()
+    info = cluster.wait(job, timeout=240)
+    print("CHAOS", json.dumps([info.status.value, info.error, info.failures, info.preemptions,
+                               [a.outcome.value if a.outcome else None for a in info.attempts],
+                               info.result, old_slice, time.monotonic() - t0, delay]))
     # a store on the client's disk only: the head cannot read it, and launch says so in the caller
     from fray_ray import RayCluster
     local = RayCluster(address=fake.address, jobs_dir={jobs!r})
@@ -126,6 +149,11 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     code, said = json.loads(got["STOP"])
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
+    status, error, failures, preemptions, outcomes, result, old_slice, took, delay = json.loads(got["CHAOS"])
+    seed = got["SEED"]
+    assert status == "SUCCEEDED" and failures == 0, (seed, delay, error, outcomes)  # never the failure budget
+    assert result[0] != old_slice and preemptions >= 0 and "FAILED" not in outcomes, (seed, delay, outcomes)
+    assert took < 200, (seed, took)
     kind, said, took = json.loads(got["LOCAL"])
     assert kind == "FrayError" and "cannot reach the job store" in said and str(jobs) in said, said
     assert took < 30, took
