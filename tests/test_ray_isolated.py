@@ -95,9 +95,9 @@ try:
     print("SEED", seed, flush=True)
     delay = random.Random(seed).uniform(0.0, 6.0)
     (old_slice,) = [n for names in fake.slices().values() for n in names]
-    job = cluster.launch(JobRequest(
-        name="survive", entrypoint=Entrypoint(callable=iso_mod.survive_preemption, function_args={{"doomed": old_slice}}),
-        resources=ResourceConfig.with_tpu("v4-8"), max_retries_preemption=2, max_retries_failure=0))
+    entry = Entrypoint(callable=iso_mod.survive_preemption, function_args={{"doomed": old_slice}})
+    job = cluster.launch(JobRequest(name="survive", entrypoint=entry, resources=ResourceConfig.with_tpu("v4-8"),
+                                    max_retries_preemption=2, max_retries_failure=0))
     time.sleep(delay)
     fake.preempt(old_slice, restore_after=1.0)
     t0 = time.monotonic()
