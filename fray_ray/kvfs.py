@@ -8,8 +8,9 @@ no worker): the CLI lists a cluster's jobs in milliseconds.
 
 ``JobStore`` uses it as it uses ``gs://``: records written whole, the job's log appended in parts
 (``fray_core._logupload``). Limits, because the GCS holds every byte in its memory: a file of at most
-:data:`MAX_FILE` bytes (a larger result or log fails its write saying so: give ``jobs_dir='gs://...'``
-for those); a job's log keeps growing until then.
+:data:`MAX_FILE` bytes. A larger file written whole (a job's results) fails its write saying so (give
+``jobs_dir='gs://...'`` for those); a log appended past it is cut there, with a line saying so, and takes
+nothing more.
 
 Layout in the KV namespace :data:`KV_NAMESPACE`: ``m:<path>`` a file's metadata (JSON: its generation and
 its chunks' sizes), ``d:<path>:<generation>:<i>`` its bytes, in chunks of at most :data:`CHUNK` bytes. A
@@ -196,9 +197,12 @@ class RayKVFileSystem(AbstractFileSystem):
     def _commit(self, gcs: Any, rest: str, data: bytes, append: bool) -> None:
         meta = self._meta(gcs, rest) if append else None
         if meta is not None and meta["sizes"]:
-            total = sum(meta["sizes"]) + len(data)
-            if total > MAX_FILE:
-                raise _too_big(rest, total)
+            have = sum(meta["sizes"])
+            if meta.get("cut"):
+                return  # a log cut at the limit takes nothing more (its writer goes on as if it did)
+            if have + len(data) > MAX_FILE:  # a log: keep what fits and say where it was cut, once
+                data = data[: max(0, MAX_FILE - have)] + _cut_note()
+                meta["cut"] = True
             last = len(meta["sizes"]) - 1
             if meta["sizes"][last] < CHUNK:  # fill the last chunk up first
                 (tail,) = self._chunks(gcs, rest, meta, last, last)
@@ -214,10 +218,17 @@ class RayKVFileSystem(AbstractFileSystem):
         pieces = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
         for i, piece in enumerate(pieces, start):
             self._call(gcs.internal_kv_put, f"d:{rest}:{gen}:{i}".encode(), piece, True)
-        meta = {"gen": gen, "sizes": meta["sizes"] + [len(p) for p in pieces]}
+        meta = {"gen": gen, "sizes": meta["sizes"] + [len(p) for p in pieces], "cut": bool(meta.get("cut"))}
         self._call(gcs.internal_kv_put, f"m:{rest}".encode(), json.dumps(meta).encode(), True)
         if not append and old is not None:  # the old generation's bytes, once nothing points at them
             self._call(gcs.internal_kv_del, f"d:{rest}:{old['gen']}:".encode(), True)
+
+
+def _cut_note() -> bytes:
+    return (
+        f"\n[fray] the log is cut here: the cluster's own store keeps at most {MAX_FILE} bytes of a file (the GCS "
+        "holds it in memory); give RayCluster(jobs_dir='gs://BUCKET/fray') for longer logs\n"
+    ).encode()
 
 
 def _too_big(rest: str, size: int) -> OSError:
@@ -276,8 +287,10 @@ class _Writer(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
+        if self._append and self._buf.tell() > MAX_FILE:  # the rest is cut at commit: keep no more of it
+            return len(data)
         n = self._buf.write(data)
-        if self._buf.tell() > MAX_FILE:
+        if not self._append and self._buf.tell() > MAX_FILE:
             raise _too_big(self._rest, self._buf.tell())
         return n
 

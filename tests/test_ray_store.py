@@ -70,6 +70,13 @@ def test_records_and_logs_list_and_go_away_and_a_file_too_big_for_the_gcs_says_w
         with store.fs.open(store.log_path(ids[1]), "wb") as f:
             f.write(b"x" * 101)
     assert not store.fs.exists(store.log_path(ids[1]))  # nothing of a failed write is kept
+    # a log grows by appends up to the limit, then is cut there, saying so, and takes nothing more
+    for part in (b"a" * 60 + b"\n", b"b" * 60 + b"\n", b"c" * 60 + b"\n"):
+        with store.fs.open(store.log_path(ids[1]), "ab") as f:
+            f.write(part)
+    lines, _ = store.read_log(ids[1])
+    assert lines[0] == "a" * 60 and lines[1] == "b" * 39 and "the log is cut here" in lines[2], lines
+    assert len(lines) == 3 and "gs://" in lines[2]
 
 
 def test_a_job_launched_with_no_store_named_keeps_its_record_and_log_in_the_cluster(
