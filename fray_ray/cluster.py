@@ -77,6 +77,7 @@ CLOCK_RESYNC = 600.0  # seconds between two readings of the cluster's clock by o
 CLOCK_RETRY = 30.0  # seconds before a client tries again when the cluster's clock could not be read
 CLOCK_TIMEOUT = 10.0  # seconds one reading may take (the first may create the scheduler actor)
 WARM_AFTER_POLL = 0.2  # seconds between looks at the job record meanwhile
+UNMARK_IDLE = 5.0  # seconds the thread that removes launching markers waits for more before it exits
 
 # Not settable in .options(): the concurrency groups. No task events: a supervisor's calls (a log batch from
 # every host several times a second, each client's waits) would fill Ray's task-event buffers and its
@@ -235,6 +236,9 @@ class RayCluster(RecordCluster):
         self._standby_env: dict[str, Any] = {}  # the runtime_env the warm supervisor was started with
         self._last_env: dict[str, Any] = {}  # the last launched job's
         self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
+        self._unmark_queue: list[str] = []  # launching markers to remove (see _unmark_later)
+        self._unmarker: threading.Thread | None = None
+        self._unmark_wake = threading.Event()
         #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
         #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
         self.wall: Callable[[], float] = time.time
@@ -289,11 +293,7 @@ class RayCluster(RecordCluster):
             request_summary=summarize_request(request),
             submitted_at=self.wall(),
         )
-        self._kv("put", launching_key(job_id), b"1")  # until its supervisor exists (see owner_gone)
-        try:
-            self._launch(request_bytes, runtime_env, job_id, info)
-        finally:
-            self._kv("del", launching_key(job_id))
+        self._launch(request_bytes, runtime_env, job_id, info)
         if self.warm_supervisor:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
             # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
@@ -345,16 +345,29 @@ class RayCluster(RecordCluster):
             "queued_at": self.clock.now(),  # its place in the cluster's line, by the cluster's clock
         }
         job = (job_id, request_bytes, settings)
+        # The launching marker (see owner_gone) is put before any record names a supervisor that does not
+        # exist yet: not when a warm supervisor takes the job (the record names a live actor); before the
+        # store check and a cold start. Two GCS round trips per launch otherwise (bench/NOTES.md, issue 29).
+        # Its removal needs no wait: once the actor exists a poll finds it first.
+        marked = False
         if not self._store_ok:
-            self._check_store(info)
-        with self._standby_lock:  # launch may be called from several threads
-            standby, self._standby = self._standby, None
-            if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
-                self._standby = standby
-                standby = None
-            self._last_env = runtime_env
+            marked = self._mark_launching(job_id)
+            try:
+                self._check_store(info)  # a store the head cannot read: its FAILED record stays
+            except BaseException:
+                self._unmark_later(job_id)
+                raise
         try:
+            with self._standby_lock:  # launch may be called from several threads
+                standby, self._standby = self._standby, None
+                if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
+                    self._standby = standby
+                    standby = None
+                self._last_env = runtime_env
             if not (standby is not None and self._hand_over(standby, info, job)):
+                marked = marked or self._mark_launching(job_id)
+                if standby is not None:  # after the marker: until the new actor exists, the record names it
+                    _kill_quietly(standby[1])
                 name = supervisor_name()
                 self.store.write(info, owner=self._owner(name))
                 self._supervisor_options(name, runtime_env).remote(
@@ -366,6 +379,41 @@ class RayCluster(RecordCluster):
             if err is e:
                 raise
             raise err from None
+        finally:
+            if marked:
+                self._unmark_later(job_id)
+
+    def _mark_launching(self, job_id: str) -> bool:
+        """Say in Ray's KV store that ``job_id``'s supervisor is being started (see ``owner_gone``)."""
+        self._kv("put", launching_key(job_id), b"1")
+        return True
+
+    def _unmark_later(self, job_id: str) -> None:
+        """Remove ``job_id``'s launching marker from a background thread (one per client, started on first
+        use): the launch does not wait for that round trip. A marker left (the process exited first) only
+        delays, by ``SUPERVISOR_START_GRACE``, the verdict on a job whose supervisor died before it started."""
+        with self._standby_lock:
+            self._unmark_queue.append(job_id)
+            if self._unmarker is None or not self._unmarker.is_alive():
+                self._unmarker = threading.Thread(target=self._unmark_all, daemon=True, name="fray-unmark")
+                self._unmarker.start()
+        self._unmark_wake.set()
+
+    def _unmark_all(self) -> None:
+        while True:
+            with self._standby_lock:
+                todo, self._unmark_queue = self._unmark_queue, []
+                if not todo:
+                    self._unmark_wake.clear()
+            if not todo:
+                if not self._unmark_wake.wait(UNMARK_IDLE):
+                    with self._standby_lock:
+                        if not self._unmark_queue:
+                            self._unmarker = None
+                            return
+                continue
+            for job_id in todo:
+                self._kv("del", launching_key(job_id))
 
     def _warm_after(self, job_id: str) -> None:
         """Start the next job's warm supervisor once ``job_id``'s hosts have all started (or it ended, or
@@ -429,7 +477,7 @@ class RayCluster(RecordCluster):
     def _hand_over(
         self, standby: tuple[str, Any, float], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]
     ) -> bool:
-        """Give the job to the warm supervisor; ``False`` (and it is removed) when it cannot take it.
+        """Give the job to the warm supervisor; ``False`` when it cannot take it (the caller removes it).
 
         Waits for its answer (milliseconds once it is up; its start-up if it is still starting): a call
         to an actor that is not up yet is buffered in this process and would be lost if it exited now.
@@ -442,8 +490,7 @@ class RayCluster(RecordCluster):
                     return True
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 pass
-        ray.kill(actor, no_restart=True)
-        return False
+        return False  # the caller removes it, once it said the job is launching
 
     def close(self) -> None:
         """Remove the warm supervisor (jobs keep running) and start no new one. Also called at interpreter exit."""
@@ -658,6 +705,13 @@ def _gcs_address() -> str | None:
         return ray.get_runtime_context().gcs_address or None
     except Exception:  # an older Ray without it, or Ray client mode
         return None
+
+
+def _kill_quietly(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        pass  # it is gone already
 
 
 def _close_at_exit(ref: weakref.ref[RayCluster]) -> None:

@@ -19,9 +19,12 @@ import functools
 import os
 import sys
 import sysconfig
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CODE_SIZE_LIMIT", "code_root", "code_runtime_env", "upload_code"]
+__all__ = ["CODE_SIZE_LIMIT", "UPLOAD_REUSE_S", "code_root", "code_runtime_env", "upload_code"]
 
 CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
 _SKIP_DIRS = frozenset(
@@ -194,13 +197,23 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     return out
 
 
-def upload_code(runtime_env: dict[str, Any]) -> dict[str, Any]:
-    """``runtime_env`` with a local ``working_dir`` uploaded to the connected cluster (its GCS) and replaced
-    by the package's URI, as ``ray.init(runtime_env=...)`` does for a driver: Ray takes local directories
-    only at that level, and the job's supervisor, which passes the env on, runs on another machine. Content
-    already uploaded (same hash) is not sent again."""
-    if not runtime_env.get("working_dir") or "://" in str(runtime_env["working_dir"]):
-        return runtime_env
+def _fingerprint(root: str) -> tuple[int, int, int]:
+    """``(entries, bytes, newest mtime in ns)`` of the files and directories under ``root`` (caches and VCS
+    dirs skipped): what changes when a file is edited, added, removed or renamed, from ``stat`` alone."""
+    count = total = newest = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for path in (dirpath, *(os.path.join(dirpath, n) for n in filenames)):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            count, total, newest = count + 1, total + st.st_size, max(newest, st.st_mtime_ns)
+    return count, total, newest
+
+
+def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """Ray's own upload of a local ``working_dir`` (hashes its content, pins the package in the GCS)."""
     import logging
     import shutil
     import tempfile
@@ -215,3 +228,71 @@ def upload_code(runtime_env: dict[str, Any]) -> dict[str, Any]:
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _cluster() -> str:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().gcs_address or "")
+    except Exception:  # not connected, or Ray client mode
+        return ""
+
+
+def _reuse_s() -> float:
+    """How long an upload's package URI is reused: well within the time Ray pins a fresh upload in the GCS
+    (``RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S``, 600 s by default), so a reused URI is never one
+    the GCS may have dropped before the job that names it started."""
+    try:
+        pin = float(os.environ.get("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "600"))
+    except ValueError:
+        pin = 600.0
+    return max(0.0, min(UPLOAD_REUSE_S, pin / 4))
+
+
+UPLOAD_REUSE_S = 60.0  # seconds an uploaded package's URI is reused for the same, unchanged directory
+RACY_S = 2.0  # a directory with a file changed less than this long ago is uploaded again at every launch
+_uploads: dict[tuple[Any, ...], tuple[dict[str, Any], float]] = {}
+_uploads_lock = threading.Lock()
+
+
+def upload_code(
+    runtime_env: dict[str, Any],
+    *,
+    upload: Callable[[dict[str, Any]], dict[str, Any]] = _ray_upload,
+    now: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """``runtime_env`` with a local ``working_dir`` uploaded to the connected cluster (its GCS) and replaced
+    by the package's URI, as ``ray.init(runtime_env=...)`` does for a driver: Ray takes local directories
+    only at that level, and the job's supervisor, which passes the env on, runs on another machine. Content
+    already uploaded (same hash) is not sent again.
+
+    Launches in a row from one directory reuse the last upload's URI for up to :data:`UPLOAD_REUSE_S` while
+    the directory's files and directories are unchanged by ``stat`` (count, sizes, newest mtime): Ray's
+    upload hashes every file's content and pins the package in the GCS, ~15 ms per launch of a small
+    directory (bench/NOTES.md, issue 29), the largest part of a launch.
+
+    >>> env = upload_code({"working_dir": "/home/me/proj"})  # doctest: +SKIP
+    >>> env["working_dir"]  # doctest: +SKIP
+    'gcs://_ray_pkg_5f2a0c1e9b7d3a44.zip'
+    """
+    if not runtime_env.get("working_dir") or "://" in str(runtime_env["working_dir"]):
+        return runtime_env
+    root = str(runtime_env["working_dir"])
+    stamp = _fingerprint(root) if os.path.isdir(root) else None
+    key = (_cluster(), upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
+    t = now()
+    with _uploads_lock:
+        hit = _uploads.get(key)
+        if hit is not None and t - hit[1] < _reuse_s():
+            return dict(hit[0])
+    out = upload(runtime_env)
+    # A file written in the last seconds may be written again within the file system's timestamp granularity
+    # (a few ms) with the same size: its fingerprint would not change, so such an upload is not reused.
+    if stamp is None or time.time_ns() - stamp[2] < RACY_S * 1e9:
+        return out
+    with _uploads_lock:
+        if len(_uploads) >= 64:
+            _uploads.clear()
+        _uploads[key] = (dict(out), t)
+    return out

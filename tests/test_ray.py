@@ -250,6 +250,7 @@ def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cl
     cluster = ray_tpu_cluster.cluster
     # a running job whose supervisor died (its node died, or the Ray cluster restarted)
     job_id = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
+    wait_for(lambda: not cluster._kv("get", launching_key(job_id)), what="its launching marker removed")
     wait_for(lambda: started(tmp_path, 0) == 2, what="both hosts")
     ray.kill(cluster._supervisor(job_id), no_restart=True)
     info = wait_for(lambda: (i := cluster.poll(job_id)).status.is_terminal() and i, what="the job to be reported ended")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,43 @@ def test_code_from_a_client_directory_travels_and_installed_code_does_not(
         f"ship.*EnvironmentConfig\\(working_dir=DIR\\)",
     ):
         code_runtime_env(req(mod.main), limit=1024)
+
+
+def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploads_again(tmp_path: Path) -> None:
+    """Ray's upload (a content hash of every file, a GCS pin) is done once for launches in a row from one
+    directory; an edit (even of the same size), a new file, or ``UPLOAD_REUSE_S`` later, it is done again:
+    a job never runs code older than what the client had when it launched."""
+    from fray_ray.code import UPLOAD_REUSE_S, upload_code
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("STEP = 1\n")
+    uploads: list[dict[str, Any]] = []
+    t = [1000.0]
+
+    def upload(env: dict[str, Any]) -> dict[str, Any]:
+        uploads.append(env)
+        return {**env, "working_dir": f"gcs://_ray_pkg_{len(uploads)}.zip"}
+
+    def launch() -> str:
+        return upload_code({"working_dir": str(proj)}, upload=upload, now=lambda: t[0])["working_dir"]
+
+    def written(seconds_ago: float) -> None:  # every entry last changed that long ago
+        for p in (proj, *proj.iterdir()):
+            os.utime(p, ns=(0, time.time_ns() - int(seconds_ago * 1e9)))
+
+    written(60)
+    assert launch() == launch() == "gcs://_ray_pkg_1.zip"
+    (proj / "train.py").write_text("STEP = 2\n")  # the same size
+    written(30)
+    assert launch() == launch() == "gcs://_ray_pkg_2.zip"
+    (proj / "util.py").write_text("")
+    written(20)
+    assert launch() == "gcs://_ray_pkg_3.zip"
+    written(0)  # just written: a same-size edit within the file system's timestamp granularity would not show
+    assert launch() == "gcs://_ray_pkg_4.zip" and launch() == "gcs://_ray_pkg_5.zip"
+    written(10)
+    assert launch() == "gcs://_ray_pkg_6.zip"
+    t[0] += UPLOAD_REUSE_S
+    assert launch() == "gcs://_ray_pkg_7.zip" and len(uploads) == 7
+    assert upload_code({"working_dir": "gcs://_ray_pkg_9.zip"}, upload=upload) == {"working_dir": "gcs://_ray_pkg_9.zip"}
