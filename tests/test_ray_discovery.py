@@ -215,4 +215,6 @@ def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploa
     assert launch() == "gcs://_ray_pkg_6.zip"
     t[0] += UPLOAD_REUSE_S
     assert launch() == "gcs://_ray_pkg_7.zip" and len(uploads) == 7
-    assert upload_code({"working_dir": "gcs://_ray_pkg_9.zip"}, upload=upload) == {"working_dir": "gcs://_ray_pkg_9.zip"}
+    assert upload_code({"working_dir": "gcs://_ray_pkg_9.zip"}, upload=upload) == {
+        "working_dir": "gcs://_ray_pkg_9.zip"
+    }
