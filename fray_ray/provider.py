@@ -70,6 +70,7 @@ from fray_ray._host import (
     TpuBusyError,
     dump_host_stacks,
     host_payload,
+    notice_key,
     run_host,
     signal_host,
 )
@@ -818,10 +819,10 @@ class RaySliceProvider(SliceProvider):
                 _Reservation([self._pending_gang[1]]).remove()
                 self._pending_gang = None
         self.scheduler.call("leave", self.job_id)
-        try:  # the hosts' heartbeats (see heartbeats)
-            ray._private.worker.global_worker.gcs_client.internal_kv_del(
-                f"fray-hb:{self.job_id}:".encode(), True, b"fray"
-            )
+        try:  # the hosts' heartbeats (see heartbeats) and preemption notices (announce_preemption)
+            gcs = ray._private.worker.global_worker.gcs_client
+            gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
+            gcs.internal_kv_del(f"fray-notice:{self.job_id}:".encode(), True, b"fray")
         except Exception:
             pass
 
@@ -1019,9 +1020,17 @@ class RaySliceProvider(SliceProvider):
             if self._stacks[tag] is not None or any("most recent call first" in line for line in lines):
                 self._stacks[tag] = time.monotonic()
 
-    # announce_preemption: not overridden. A drained node takes no new task, so nothing pinned there could
-    # deliver the deadline: each host task watches Ray's drain state of its own node and, at a drain, writes
-    # the deadline into its FRAY_NOTICE_FILE and SIGTERMs itself (fray_ray._host._watch_drain).
+    def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
+        """Put the deadline where the hosts of these runs' attempts look once a second (Ray's KV,
+        ``_host.notice_key``): a drained node takes no new task, so nothing pinned there could deliver it;
+        each host then writes it into its FRAY_NOTICE_FILE and SIGTERMs itself (``_host._watch_drain``)."""
+        attempts = {str(r.handle.tag).split(" ", 1)[0].lstrip("a") for r in runs if r.handle is not None}
+        try:
+            gcs = ray._private.worker.global_worker.gcs_client
+            for attempt in attempts:
+                gcs.internal_kv_put(notice_key(self.job_id, attempt).encode(), repr(deadline).encode(), True, b"fray")
+        except Exception:
+            pass  # the GCS is unreachable: the hosts get the runner's SIGTERM (cancel with grace) only
 
     # ------------------------------------------------------------------------------------- started
 
