@@ -16,29 +16,28 @@ def _needs_ray(item: pytest.Item) -> bool:
 
 
 def _group(item: pytest.Item) -> str | None:
-    """``"ray"``: the tests of the session's emulated cluster; ``"ray-bench"``: the Ray bench scripts' smokes
-    (each starts a cluster of its own in a subprocess); ``None``: the rest."""
-    if not _needs_ray(item):
-        return None
-    return "ray-bench" if item.path.name == "test_bench_smoke.py" else "ray"
+    """``"ray"``: the tests of the session's emulated cluster and the Ray bench scripts' smokes (each starts a
+    cluster of its own in a subprocess); ``None``: the rest."""
+    return "ray" if _needs_ray(item) else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that need the session's emulated cluster run in one pytest-xdist group, on one worker, first
-    (the longest unit of work, ~25 min on 2 cores); the Ray bench smokes in a second group, first on the other
-    worker, which then takes the rest of the suite (README's test command runs ``-n 2 --dist loadgroup``;
-    without xdist the groups only set the order). Two emulated clusters at once are fine since each node
-    takes fresh ports, the dashboard agent's included (on Ray's fixed 52365, a bench's head found it taken by
-    the session's and could not run job submission, CI 2026-11-27); measured: 29 min for the suite against
-    34 with the smokes in the one Ray group."""
+    """Every test that needs Ray runs in one pytest-xdist group, on one worker, first (the longest unit of work,
+    ~30 min on 2 cores), the bench smokes before the session's cluster starts, while the other worker takes the
+    rest of the suite (README's test command runs ``-n 2 --dist loadgroup``; without xdist the group only sets
+    the order). One emulated Ray cluster at a time, though two can run together (each node takes fresh ports):
+    with the smokes as a second group beside the session's cluster CI took 29 min instead of 34, but on 2
+    cores the emulated nodes then missed their 1 s health checks and were declared dead mid-test (CI
+    2026-11-27: an elastic test's supervisor lost with its node)."""
     for item in items:
-        group = _group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if _group(item) is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
     def order(item: pytest.Item) -> int:
-        return {"ray": 0, "ray-bench": 1}.get(_group(item) or "", 2)
+        if _group(item) is None:
+            return 2
+        return 0 if item.path.name == "test_bench_smoke.py" else 1
 
     items.sort(key=order)  # stable: collection order within each part
 

@@ -147,6 +147,9 @@ def _race(launch: list[str], cwd: Path, jobs_dir: Path, seed: int, window: float
         proc.stdout.close()
         proc.wait(30)
         left = wait_gone(job_id, timeout=5.0)  # they die within milliseconds; a bound, not a guess
+        # kill() returns before the process is gone: on a loaded machine (CI, 2 cores shared with the emulated
+        # Ray cluster) a poll right after it found the job PENDING (CI 2026-11-27, trial 27 of seed 856652472)
+        wait_for(lambda pid=owner: not pid_alive(pid), timeout=30.0, what=f"the killed supervisor {owner} to go")
         status = LocalCluster(jobs_dir=str(jobs_dir)).poll(job_id).status
         assert status.is_terminal(), f"trial {trial}: {job_id} is {status} after its supervisor died"
         if left:
