@@ -58,8 +58,7 @@ _clients_lock = threading.Lock()
 
 
 def _gcs(address: str) -> Any:
-    """A GCS client for ``address`` (one per process and address): the connected worker's when this
-    process is connected to that cluster, else a plain one."""
+    """A GCS client for ``address``, one per process and address (a plain one: no ``ray.init`` needed)."""
     with _clients_lock:
         client = _clients.get(address)
         if client is None:
