@@ -128,28 +128,19 @@ def _loaded_code_root() -> str | None:
     return max(sorted(counts), key=lambda r: counts[r]) if counts else None
 
 
-def _scan(root: str, stop_past: int | None = None) -> tuple[int, int, int]:
-    """``(entries, bytes of files, newest mtime in ns)`` of the files and directories under ``root`` (caches
-    and VCS dirs skipped), from ``stat`` alone; with ``stop_past``, the walk stops once the bytes pass it."""
-    count = total = newest = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-        for path, is_file in ((dirpath, False), *((os.path.join(dirpath, n), True) for n in filenames)):
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            count, newest = count + 1, max(newest, st.st_mtime_ns)
-            if is_file:
-                total += st.st_size
-                if stop_past is not None and total > stop_past:
-                    return count, total, newest
-    return count, total, newest
-
-
 def _size(root: str, limit: int) -> int:
     """Bytes under ``root`` (caches and VCS dirs skipped), counting stops just past ``limit``."""
-    return _scan(root, stop_past=limit)[1]
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+            if total > limit:
+                return total
+    return total
 
 
 def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
@@ -167,7 +158,6 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     while isinstance(inner, functools.partial):  # a partial's own __module__ is functools': look inside
         inner = inner.func
     module = getattr(inner, "__module__", None) or ""
-    too_big_ok = False  # over the limit: True leaves it unshipped without a word, False refuses, naming it
     if explicit:
         root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
         if not os.path.isdir(root):  # Ray would fail later, on the cluster, with a traceback
@@ -178,23 +168,23 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         root = os.path.dirname(os.path.realpath(main)) if main else None
         if root is None or any(root == p or root.startswith(p + os.sep) for p in _installed_prefixes()):
             return out
-        what, too_big_ok = "the script's folder", True  # too big to ship whole: the function itself still travels
+        if _size(root, limit) > limit:
+            return out  # too big to ship whole: the function itself still travels
+        what = "the script's folder"
     elif module.split(".")[0] in _OWN:
         # Fray's own entrypoint: a wrapper around the user's function (the levanter compat layer's partial),
         # whose code travels as the user's would; or a held session's worker, whose functions come later from
         # the client's own modules: ship the client directory most of its loaded modules come from
         root = next(filter(None, map(code_root, _wrapped_modules(fn, request.entrypoint))), None)
         root = root or _loaded_code_root()
-        if root is None:
+        if root is None or _size(root, limit) > limit:
             return out
-        what, too_big_ok = "the client's code", True
+        what = "the client's code"
     else:
         root, what = code_root(module), f"the code of {module}"
         if root is None:
             return out
     size = _size(root, limit)
-    if size > limit and too_big_ok:
-        return out
     if size > limit:
         raise ValueError(
             f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to "
@@ -205,6 +195,21 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     out["working_dir"] = root
     out["excludes"] = sorted(f"**/{d}/" for d in _SKIP_DIRS)
     return out
+
+
+def _fingerprint(root: str) -> tuple[int, int, int]:
+    """``(entries, bytes, newest mtime in ns)`` of the files and directories under ``root`` (caches and VCS
+    dirs skipped): what changes when a file is edited, added, removed or renamed, from ``stat`` alone."""
+    count = total = newest = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for path in (dirpath, *(os.path.join(dirpath, n) for n in filenames)):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            count, total, newest = count + 1, total + st.st_size, max(newest, st.st_mtime_ns)
+    return count, total, newest
 
 
 def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +279,7 @@ def upload_code(
     if not runtime_env.get("working_dir") or "://" in str(runtime_env["working_dir"]):
         return runtime_env
     root = str(runtime_env["working_dir"])
-    stamp = _scan(root) if os.path.isdir(root) else None
+    stamp = _fingerprint(root) if os.path.isdir(root) else None
     key = (_cluster(), upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
     t = now()
     with _uploads_lock:
