@@ -58,7 +58,8 @@ _clients_lock = threading.Lock()
 
 
 def _gcs(address: str) -> Any:
-    """A GCS client for ``address``, one per process and address (a plain one: no ``ray.init`` needed)."""
+    """A GCS client for ``address`` (one per process and address): the connected worker's when this
+    process is connected to that cluster, else a plain one."""
     with _clients_lock:
         client = _clients.get(address)
         if client is None:

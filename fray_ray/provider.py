@@ -270,7 +270,6 @@ class _View:
 class _Task:
     ref: Any
     tag: str = ""
-    attempt: int = 0
     cancelled: bool = False
     reported: bool = False
     stopping: bool = False  # sent SIGTERM by a graceful cancel: however it ends, it was cancelled
@@ -823,7 +822,7 @@ class RaySliceProvider(SliceProvider):
         try:  # the hosts' heartbeats (see heartbeats) and preemption notices (announce_preemption)
             gcs = ray._private.worker.global_worker.gcs_client
             gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
-            gcs.internal_kv_del(notice_key(self.job_id, "").encode(), True, b"fray")  # every attempt's
+            gcs.internal_kv_del(f"fray-notice:{self.job_id}:".encode(), True, b"fray")
         except Exception:
             pass
 
@@ -905,7 +904,7 @@ class RaySliceProvider(SliceProvider):
             name=f"fray:{self.job_id}:{tag}",
             **opts,
         ).remote(entry, env, tag, where, self.host_config)
-        return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag, attempt=attempt))
+        return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag))
 
     def _notice_file(self, attempt: int) -> str:
         return os.path.join(tempfile.gettempdir(), f"fray-notice-{self.job_id}-a{attempt}")
@@ -1025,7 +1024,7 @@ class RaySliceProvider(SliceProvider):
         """Put the deadline where the hosts of these runs' attempts look once a second (Ray's KV,
         ``_host.notice_key``): a drained node takes no new task, so nothing pinned there could deliver it;
         each host then writes it into its FRAY_NOTICE_FILE and SIGTERMs itself (``_host._watch_drain``)."""
-        attempts = {r.handle.attempt for r in runs if r.handle is not None}
+        attempts = {str(r.handle.tag).split(" ", 1)[0].lstrip("a") for r in runs if r.handle is not None}
         try:
             gcs = ray._private.worker.global_worker.gcs_client
             for attempt in attempts:
