@@ -20,6 +20,7 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig  # noqa: E402
+from fray_core.errors import Unschedulable  # noqa: E402
 from fray_core.types import AttemptOutcome  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray.scheduler import SCHEDULER_NAME  # noqa: E402
@@ -333,8 +334,8 @@ def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice(
             return None  # what a scheduler that does not answer looks like to the plain call
 
     provider = RaySliceProvider("queued-1", HostConfig((), "/", supervisor=None), scheduler=Behind("fray"))
-    got = provider._admit(TPU, TPU, [1], {}, ["s0", "s1"], ["s0", "s1"], {}, [], None, time.monotonic() + 0.1)
-    assert not isinstance(got, tuple), f"admitted on capacity alone: {got}"
+    got = provider._admit(TPU, TPU, [1], {}, time.monotonic() + 0.1)
+    assert isinstance(got, Unschedulable), f"admitted on capacity alone: {got}"
     assert got.held and "no answer to this job's request for 42 s (it is behind)" in (got.reason or ""), got.reason
 
 
