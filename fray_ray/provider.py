@@ -670,11 +670,7 @@ class RaySliceProvider(SliceProvider):
                 runs.append(self._start_host(lease, pg, spec, entry, is_tpu))
         except BaseException:
             # all or nothing (see SliceProvider.start): the host tasks already submitted must not run on
-            for r in runs:
-                try:
-                    ray.cancel(r.handle.ref, force=True)
-                except Exception:
-                    pass  # already finished
+            _cancel_unfinished([r.handle.ref for r in runs])
             raise
         return runs
 
@@ -880,10 +876,7 @@ class RaySliceProvider(SliceProvider):
             lost = run.lease.handle[0].lost if run.lease.handle is not None else None
             if lost is not None and not run.handle.reported:
                 run.handle.reported = True
-                try:
-                    ray.cancel(run.handle.ref, force=True)  # it may still wait for a node that is gone
-                except Exception:
-                    pass
+                _cancel_unfinished([run.handle.ref])  # it may still wait for a node that is gone
                 out.append(HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"SliceLost: {lost}"))
         return out
 
@@ -990,11 +983,7 @@ class RaySliceProvider(SliceProvider):
             stopping = self._sigterm(live)
             if stopping:
                 ray.wait([r.handle.ref for r in stopping], num_returns=len(stopping), timeout=grace, fetch_local=False)
-        for r in live:
-            try:
-                ray.cancel(r.handle.ref, force=True)
-            except Exception:
-                pass  # already finished
+        _cancel_unfinished([r.handle.ref for r in live])
 
     def _sigterm(self, runs: list[HostRun]) -> list[HostRun]:
         """Send SIGTERM to the processes of the ``runs`` that reported in, each by a task pinned to its
@@ -1011,6 +1000,22 @@ class RaySliceProvider(SliceProvider):
             ).remote(process, signal.SIGTERM)
             out.append(r)
         return out
+
+
+def _cancel_unfinished(refs: Sequence[Any]) -> None:
+    """``ray.cancel(force=True)`` the tasks of ``refs`` that have not finished, never a finished one. A
+    cancel that races with the task's own reply crashes the owner, here the job's supervisor (Ray's
+    RAY_CHECK "Tried to complete task that was not pending", seen in an elastic resize on the emulated
+    cluster; ray-project/ray#54527 fixed one path of that race): a host that ended on its SIGTERM has
+    nothing to cancel, and asking first leaves only the instant between the look and the cancel."""
+    if not refs:
+        return
+    _, unfinished = ray.wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
+    for ref in unfinished:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:
+            pass  # finished meanwhile
 
 
 #: Ray's defaults for the GCS's node health checks (ray_config_def.h): period, timeout (ms), failure threshold.
