@@ -215,6 +215,16 @@ class Scheduler:
         )
         return answer
 
+    async def draining(self) -> dict[str, int]:
+        """The nodes Ray drains, node id -> deadline (ms since the epoch, 0: none given), read at most once a
+        second for every running job of the cluster (``{}`` when the GCS cannot say: a lost node still shows
+        in the job's own placement groups)."""
+        try:
+            value, _ = await self._state_of("draining")
+        except Exception:
+            return {}
+        return dict(value)
+
     async def free_in_pool(self, job_id: str, tpu_type: str, label: dict[str, str], topology: str | None) -> int:
         """Of the free slices of ``tpu_type`` with ``label`` and ``topology``, how many ``job_id`` could take
         now (:meth:`free_for`, on this actor's view of the cluster); 0 when the cluster's state cannot be
