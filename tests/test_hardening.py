@@ -104,6 +104,8 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
             "sim",
             "--preemptions",
             "1",
+            "--failures",  # an injected failure is one line, not a traceback of Fray's own host code
+            "1",
             "--seed",
             "3",
             "--steps",
@@ -118,7 +120,7 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
         timeout=180,
     )
     assert sim.returncode == 0, sim.stdout + sim.stderr
-    assert "PREEMPTED" in sim.stdout
+    assert "PREEMPTED" in sim.stdout and "SimulatedHostFailure: injected failure in attempt 1" in sim.stdout
     assert "Traceback" not in sim.stdout + sim.stderr, sim.stdout + sim.stderr
 
 
