@@ -273,6 +273,18 @@ def test_sizes_at_the_limits_are_accepted() -> None:
         fleet.close()
 
 
+def test_a_busy_poll_interval_and_a_huge_session_name_are_refused(cluster: LocalCluster) -> None:
+    """``RetryPolicy(poll_interval=0)`` burnt a core (0 is no bad number for most fields, so the property
+    test above does not try it); a session's name has the job name's limit, checked before anything starts."""
+    for spin in (0, 0.0, 0.001):
+        with pytest.raises(ValueError, match=r"^RetryPolicy.poll_interval: expected .* >= 0.01 .*, got 0"):
+            RetryPolicy(poll_interval=spin)
+    with pytest.raises(ValueError, match=r"^hold: name: at most 1024 characters allowed, got 20,000,000") as e:
+        cluster.hold(ResourceConfig(), name="n" * 20_000_000, timeout=5)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 200
+    assert cluster.list_jobs() == []  # nothing was launched
+
+
 def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
     env = _env(FRAY_JOBS_DIR=str(tmp_path / "jobs"), FRAY_CLUSTER_SPEC="local?tpu=v4-16:99999999")
     start = time.monotonic()

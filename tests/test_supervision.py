@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fray_core import Entrypoint, JobRequest, JobStatus
+from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import MAX_RECORD_BYTES, JobStore
 from fray_core.types import JobInfo
@@ -155,9 +155,16 @@ def test_out_of_file_descriptors_every_record_ends_as_in_memory(tmp_path: Path) 
 def test_a_launch_that_cannot_start_a_thread_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: ``RuntimeError: can't start new thread`` after the PENDING record was written (a phantom job
     in every listing), then ``close()`` blocked 60 s and left the spool dir and the fleet behind."""
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     jobs_dir = tmp_path / "jobs"
     cluster = LocalCluster(jobs_dir=str(jobs_dir), retry_policy=TEST_POLICY)
-    cluster.wait(cluster.launch(_req("first")), timeout=60)  # the spool dir and the stop watcher exist
+    first = JobRequest(name="first", entrypoint=Entrypoint(callable=_value), resources=ResourceConfig.with_tpu("v4-8"))
+    cluster.wait(cluster.launch(first), timeout=60)  # the spool dir, the fleet's dir and the stop watcher exist
+    assert len(list(private.iterdir())) >= 2, "no spool or fleet dir: this test would check nothing"
     real_start = threading.Thread.start
 
     def start(self: threading.Thread) -> None:
@@ -178,6 +185,7 @@ def test_a_launch_that_cannot_start_a_thread_leaves_nothing(tmp_path: Path, monk
     cluster.close()
     assert time.monotonic() - t0 < 10
     assert not os.path.exists(spool)
+    assert sorted(p.name for p in private.iterdir()) == []  # nor the fleet's dir
 
 
 def test_a_record_that_cannot_be_written_at_launch_leaves_nothing(
