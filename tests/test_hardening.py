@@ -372,6 +372,44 @@ def test_progress_bars_without_newlines_take_bounded_memory_and_the_last_line_is
     assert int(n_lines) < 1000  # progress states logged now and then, not 2 million of them
 
 
+RAY_HOST_PUMP = r"""
+import json, os, resource, sys
+from fray_ray._host import _LogPump, _run_binary
+
+mb, out = int(sys.argv[1]), sys.argv[2]
+prog = ("import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; "
+        f"[w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line\\n')")
+import ray  # the pump imports it to send its lines: not what is measured
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pump = _LogPump("a0 s0/h0", None)  # no supervisor: the lines stay in the pump (bounded), as when it is behind
+_run_binary([sys.executable, "-c", prog], "here", pump)  # a binary: the worker relays its output
+w = os.write
+[w(1, (b"\r" + b"#" * 99) * 10000) for _ in range(mb)]  # a callable: the worker's own fd 1
+w(1, b"\rlast words")  # no newline: kept when the pump closes
+pump.close()
+grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024
+with open(out, "w") as f:
+    json.dump({"grew_mib": grew, "pending": len(pump._pending), "tail": list(pump.tail)[-3:]}, f)
+"""
+
+
+@linux_only
+def test_a_ray_host_relays_progress_bars_in_bounded_memory(tmp_path: Path) -> None:
+    """The Ray backend's host reads its output a line at a time: 100 MB of '\r' states and no newline was
+    one 100 MB line in the worker (twice for a binary: relayed, then pumped), and one 100 MB log line sent
+    to the supervisor. No cluster is needed: the pump and the relay are plain processes and pipes."""
+    out = tmp_path / "out.json"
+    r = subprocess.run(
+        [sys.executable, "-c", RAY_HOST_PUMP, "100", str(out)],  # 100 MB from a binary, 100 MB from fd 1
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert m["grew_mib"] < 60, f"the Ray host's peak RSS grew by {m['grew_mib']} MiB for 2 x 100 MB of '\\r' output"
+    assert m["pending"] < 100, m["pending"]  # progress states now and then, not one per '\r'
+    assert m["tail"][-2:] == ["final line", "last words"], m["tail"]
+
+
 class _SlowSink(LogSink):
     """A log that takes 5 ms a line, as a loaded machine might: the pump falls behind the host."""
 
