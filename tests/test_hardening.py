@@ -592,3 +592,54 @@ def test_a_session_result_that_cannot_be_pickled_names_the_session_call_and_host
         msg = str(e.value)
         assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg, msg
         assert "cannot be pickled" in msg, msg
+
+
+# ------------------------------------------------------------------- 8. the limits, as docs/troubleshooting.md says
+
+
+def test_the_limits_at_a_glance_say_what_the_code_does() -> None:
+    """Each row of troubleshooting.md's "Every limit, at a glance" that names a constant gives its value:
+    a constant changed without its row (or a row written from memory) fails here."""
+    from fray_core import _lines, limits, records, request, session
+    from fray_local import _proc
+    from fray_ray import _host as ray_host  # imports no ray
+
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    table = text.split("## Every limit, at a glance\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    mib, kib = 1 << 20, 1 << 10
+    documented = [  # (constant as the row names it, its value, the value the row must say, how the row says it)
+        ("MAX_REPLICAS", limits.MAX_REPLICAS, 10_000, "| 10,000 |"),
+        ("MAX_HOSTS_PER_JOB", limits.MAX_HOSTS_PER_JOB, 100_000, "| 100,000 |"),
+        ("MAX_FLEET_SLICES", limits.MAX_FLEET_SLICES, 10_000, "| 10,000 |"),
+        ("MAX_NAME_LENGTH", limits.MAX_NAME_LENGTH, 1024, "| 1,024 |"),
+        ("MAX_SECONDS", limits.MAX_SECONDS, 1e9, "| 1e9 s"),
+        ("MIN_POLL_INTERVAL", limits.MIN_POLL_INTERVAL, 0.01, "| at least 0.01 s |"),
+        ("MAX_SIZE", request.MAX_SIZE, 1024 << 50, "| 1024p (1 EiB) |"),
+        ("MAX_RECORD_BYTES", records.MAX_RECORD_BYTES, 16 * mib, "| 16 MiB |"),
+        ("MAX_JSON_DEPTH", records.MAX_JSON_DEPTH, 64, "| 64 levels |"),
+        ("MAX_INT_DIGITS", records.MAX_INT_DIGITS, 19, "| 19 digits |"),
+        ("MAX_FLOAT", records.MAX_FLOAT, 1e15, "below 1e15 |"),
+        ("MAX_FIELD_CHARS", records.MAX_FIELD_CHARS, 65_536, "| 65,536 characters |"),
+        ("INCOMPLETE_GRACE", records.INCOMPLETE_GRACE, 30.0, "| 30 s |"),
+        ("NEW_JOB_TRIES", records.NEW_JOB_TRIES, 8, "| 8 |"),
+        ("RESERVE_BYTES", records.RESERVE_BYTES, 256 * kib, "| 256 KiB, "),
+        ("FINAL_WRITE_DEADLINE", records.FINAL_WRITE_DEADLINE, 10.0, ", 10 s of trying |"),
+        ("MAX_LINE_BYTES", _lines.MAX_LINE_BYTES, 64 * kib, "| 64 KiB |"),
+        ("PROGRESS_INTERVAL", _lines.PROGRESS_INTERVAL, 5.0, "every 5 s at most"),
+        ("DRAIN_MAX", _proc.DRAIN_MAX, 60.0, "up to 60 s"),
+        ("DRAIN_GRACE", _proc.DRAIN_GRACE, 2.0, "after 2 s is not logged"),
+        ("_TAIL_LINES", _proc._TAIL_LINES, 20, "the last 20 lines"),
+        ("_TAIL_LINE_CHARS", _proc._TAIL_LINE_CHARS, 4096, "cut at 4,096 characters"),
+        ("LOG_PENDING_MAX", ray_host.LOG_PENDING_MAX, 20_000, "| 20,000 |"),
+        ("MAX_LOG_LINE", records.MAX_LOG_LINE, mib, "| 1 MiB |"),
+        ("LOG_CHUNK", records.LOG_CHUNK, mib, "| 1 MiB at a time"),
+        ("MAX_HANDSHAKES", session.MAX_HANDSHAKES, 128, "| 128 at once"),
+        ("HANDSHAKE_TIMEOUT", session.HANDSHAKE_TIMEOUT, 5.0, "5 s each"),
+        ("HANDSHAKE_EVICT_AFTER", session.HANDSHAKE_EVICT_AFTER, 1.0, "has had 1 s"),
+    ]
+    assert _proc._TAIL_LINES == ray_host._TAIL_LINES  # one row says both backends' tail
+    for name, value, said, how in documented:
+        assert value == said, f"{name} is {value!r}: update its row in troubleshooting.md and this test"
+        [row] = [r for r in rows if f"`{name}`" in r or f".{name}`" in r]
+        assert how in row, (name, how, row)
