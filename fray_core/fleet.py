@@ -787,6 +787,7 @@ class Fleet:
     def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
         """Preempt a slice now: the lease holding it is lost (its ``on_lost`` runs) and the slice is down;
         a fresh incarnation is free after ``restore_after`` seconds (``None``: gone until :meth:`restore`)."""
+        restore_after = check_seconds("preempt: restore_after", restore_after)
         self._preempt_slice(self.slice(slice_name), restore_after)
 
     def _preempt_slice(self, sl: Slice, restore_after: float | None) -> None:
@@ -869,6 +870,7 @@ class Fleet:
         """
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0.0 <= grace < float("inf"):
             raise ValueError(f"notify_preemption: grace must be seconds >= 0, got {grace!r}")
+        restore_after = check_seconds("notify_preemption: restore_after", restore_after)
         sl = self.slice(slice_name)
         deadline = self.clock.now() + grace
         lease = sl.lease
@@ -892,6 +894,8 @@ class Fleet:
     def drop_capacity(self, tpu_type: str, to: int, duration: float | None = 1.0) -> list[str]:
         """Only ``to`` slices of ``tpu_type`` stay up; the others (free ones first, then busy ones) are
         preempted and come back after ``duration`` seconds (``None``: never). Returns their names."""
+        check_number("drop_capacity: to", to, integer=True)
+        duration = check_seconds("drop_capacity: duration", duration)
         up = [s for s in self.slices(tpu_type) if s.state in ("free", "busy")]
         up.sort(key=lambda s: s.state != "free")
         victims = up[: max(0, len(up) - to)]
@@ -899,10 +903,13 @@ class Fleet:
             self.preempt(s.name, restore_after=duration)
         return [s.name for s in victims]
 
-    def _set_health(self, slice_name: str, host: int, health: HostHealth) -> Slice:
+    def _set_health(self, slice_name: str, host: int, health: HostHealth, caller: str = "break_host") -> Slice:
         sl = self.slice(slice_name)
+        check_number(f"{caller}: host", host, integer=True)
         if not 0 <= host < sl.hosts:
-            raise ValueError(f"host must be in [0, {sl.hosts}) for {slice_name} ({sl.tpu_type}), got {host!r}")
+            raise ValueError(
+                f"{caller}: host must be in [0, {sl.hosts}) for {slice_name} ({sl.tpu_type}), got {host!r}"
+            )
         if health is HostHealth.HEALTHY:
             if sl.sick:
                 sl.sick.pop(host, None)
@@ -919,7 +926,7 @@ class Fleet:
     def repair_host(self, slice_name: str, host: int) -> None:
         """Undo :meth:`break_host` (the host is healthy and clean again): its device failures are forgotten
         and its slice leaves quarantine."""
-        sl = self._set_health(slice_name, host, HostHealth.HEALTHY)
+        sl = self._set_health(slice_name, host, HostHealth.HEALTHY, caller="repair_host")
         until = sl.quarantined_until
         if until is not None:
             self._lift(sl, until)  # back in the suspect heap, if still a suspect
@@ -932,7 +939,7 @@ class Fleet:
         """Leave a stale device lock on a host, as a crashed TPU process does."""
         sl = self.slice(slice_name)
         if sl.health(host) is not HostHealth.BROKEN:
-            self._set_health(slice_name, host, HostHealth.DIRTY)
+            self._set_health(slice_name, host, HostHealth.DIRTY, caller="make_dirty")
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, True)
 
@@ -942,7 +949,7 @@ class Fleet:
         dirty = sl.health(host) is HostHealth.DIRTY
         was = dirty or (self.dirt_probe is not None and self.dirt_probe(slice_name, host))
         if dirty:
-            self._set_health(slice_name, host, HostHealth.HEALTHY)
+            self._set_health(slice_name, host, HostHealth.HEALTHY, caller="clean")
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
         return was

@@ -190,6 +190,44 @@ def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value
     assert "\n" not in str(e.value)
 
 
+def _fleet() -> Fleet:
+    return Fleet({"v4-16": 2}, FakeClock())
+
+
+# the simulated fleets' fault methods (fray_core.fleet.Fleet, the in-memory provider, the emulated Ray cluster):
+# ``restore_after=nan`` scheduled a timer at NaN (a fake clock's heap out of order, a real timer's thread dead
+# with a traceback), a negative one restored at once
+FAULT_CALLS = {
+    "preempt: restore_after": lambda v: _fleet().preempt("v4-16-0", restore_after=v),
+    "notify_preemption: restore_after": lambda v: _fleet().notify_preemption("v4-16-0", 1.0, restore_after=v),
+    "drop_capacity: duration": lambda v: _fleet().drop_capacity("v4-16", to=0, duration=v),
+    "drop_capacity: to": lambda v: _fleet().drop_capacity("v4-16", to=v),
+    "break_host: host": lambda v: _fleet().break_host("v4-16-0", v),
+    "InMemorySliceProvider.preempt: restore_after": lambda v: InMemorySliceProvider({"v4-16": 1}, FakeClock()).preempt(
+        "v4-16-0", restore_after=v
+    ),
+    "FakeTpuCluster.preempt: restore_after": lambda v: _fake_tpu_cluster_call("preempt", "s", restore_after=v),
+    "FakeTpuCluster.drain: grace": lambda v: _fake_tpu_cluster_call("drain", "s", grace=v),
+    "FakeTpuCluster.drain: restore_after": lambda v: _fake_tpu_cluster_call("drain", "s", grace=1.0, restore_after=v),
+}
+
+
+def _fake_tpu_cluster_call(method: str, *args: object, **kw: object) -> None:
+    """The emulated Ray cluster's method on a stand-in (no cluster): its arguments are checked first."""
+    from fray_ray.testing import FakeTpuCluster
+
+    getattr(FakeTpuCluster, method)(object(), *args, **kw)
+
+
+@pytest.mark.parametrize("what", sorted(FAULT_CALLS))
+@pytest.mark.parametrize("value", [float("nan"), -1, "5"])
+def test_fault_injection_numbers_are_checked(what: str, value: object) -> None:
+    with pytest.raises((ValueError, TypeError)) as e:
+        FAULT_CALLS[what](value)
+    field = what.split(".", 1)[-1] if what.startswith(("InMemory", "FakeTpu")) else what
+    assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 @pytest.mark.parametrize("sizes", ["ram", "disk"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, True, "lots"])
 def test_sizes_reject_bad_values(sizes: str, value: object) -> None:
