@@ -388,6 +388,8 @@ class Fleet:
             or not (0.0 <= detection_delay < float("inf"))
         ):
             raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
+        check_number(f"{name}: min_count", min_count, integer=True)
+        waiter_ttl = check_seconds(f"{name}: waiter_ttl", waiter_ttl, positive=True, allow_none=False)
         if clock is None:
             from fray_core.clock import FakeClock
 
@@ -432,7 +434,9 @@ class Fleet:
 
     @waiter_ttl.setter
     def waiter_ttl(self, value: float) -> None:
-        self._waiter_ttl = float(value)
+        self._waiter_ttl = float(
+            check_seconds(f"{self._fleet_name}: waiter_ttl", value, positive=True, allow_none=False)
+        )
         for q in self._queues.values():
             q.ttl = self._waiter_ttl
 

@@ -169,6 +169,8 @@ FIELDS = {
     "DirtyHost.attempt": lambda v: DirtyHost(attempt=v),
     "quarantine_window": lambda v: Fleet(quarantine_window=v),
     "quarantine_for": lambda v: Fleet(quarantine_for=v),
+    "waiter_ttl": lambda v: Fleet(waiter_ttl=v),
+    "min_count": lambda v: Fleet(min_count=v),
 }
 UNBOUNDED_ABOVE = {
     "ResourceConfig.cpu",
