@@ -162,6 +162,8 @@ FIELDS = {
     "GpuConfig.count": lambda v: GpuConfig(type="A100", count=v),
     "JobRequest.max_retries_failure": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_failure=v),
     "JobRequest.max_retries_preemption": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_preemption=v),
+    "JobRequest.stall_timeout": lambda v: JobRequest(name="x", entrypoint=_entry(), stall_timeout=v),  # None: off
+    "JobRequest.startup_timeout": lambda v: JobRequest(name="x", entrypoint=_entry(), startup_timeout=v),  # None: off
     "PreemptSlice.after": lambda v: PreemptSlice(attempt=0, after=v),
     "PreemptSlice.restore_after": lambda v: PreemptSlice(attempt=0, restore_after=v),  # None: gone for good
     "FailHost.host_index": lambda v: FailHost(attempt=0, host_index=v),
@@ -172,6 +174,7 @@ FIELDS = {
     "waiter_ttl": lambda v: Fleet(waiter_ttl=v),
     "min_count": lambda v: Fleet(min_count=v),
 }
+NONE_ALLOWED = {"PreemptSlice.restore_after", "JobRequest.stall_timeout", "JobRequest.startup_timeout"}
 UNBOUNDED_ABOVE = {
     "ResourceConfig.cpu",
     "JobRequest.max_retries_failure",
@@ -184,7 +187,7 @@ UNBOUNDED_ABOVE = {
 @settings(max_examples=300, deadline=None)
 @given(field=st.sampled_from(sorted(FIELDS)), value=BAD_NUMBERS)
 def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value: object) -> None:
-    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field == "PreemptSlice.restore_after"):
+    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field in NONE_ALLOWED):
         return
     with pytest.raises((ValueError, TypeError)) as e:
         FIELDS[field](value)
@@ -228,6 +231,17 @@ def test_fault_injection_numbers_are_checked(what: str, value: object) -> None:
         FAULT_CALLS[what](value)
     field = what.split(".", 1)[-1] if what.startswith(("InMemory", "FakeTpu")) else what
     assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), 1e300, "5", True])
+def test_every_field_refuses_each_kind_of_bad_number(value: object) -> None:
+    """The property test above samples; these kinds are tried on every field (1e300 on every bounded one)."""
+    for field, make in FIELDS.items():
+        if value == 1e300 and field in UNBOUNDED_ABOVE:
+            continue
+        with pytest.raises((ValueError, TypeError)) as e:
+            make(value)
+        assert field in str(e.value), (field, value, str(e.value))
 
 
 @pytest.mark.parametrize("sizes", ["ram", "disk"])
