@@ -520,3 +520,32 @@ def test_a_crash_in_the_provider_ends_the_job_failed_with_the_reason(
     log = (jobs_dir / info.job_id / "job.log").read_text()
     assert "[fray] Traceback" in log and "RuntimeError: provider bug" in log
     assert "Exception in thread" not in capfd.readouterr().err
+
+
+def test_a_planted_record_cannot_write_to_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every byte a job (or a planted file) controls is escaped on every CLI path: a dir name, and a record's
+    name, error, slices and cause, through list, list --wide, status (its attempts table and timeline), logs
+    and the warnings on stderr (tests/test_cli.py covers what a running job prints and returns)."""
+    from fray_core.cli import main
+
+    jobs_dir = tmp_path / "jobs"
+    hostile = "\x1b]0;title\x07\x1b[2J\u202e"
+    _plant(jobs_dir, "ok", json.dumps(_record(
+        "ok", name=f"n{hostile}", status="FAILED", error=f"boom {hostile}",
+        attempts=[{"index": 0, "slices": [f"s{hostile}"], "started_at": 1.0, "ended_at": 2.0, "outcome": "FAILED",
+                   "cause": f"cause {hostile}\nlast {hostile}"}],
+    )))  # fmt: skip
+    (jobs_dir / "ok" / "job.log").write_text(f"[a0 r0] out {hostile}\n")
+    _plant(jobs_dir, f"evil{hostile}", "[]")
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(jobs_dir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    for argv in (["list"], ["list", "--wide"], ["status", "ok"], ["logs", "ok"], ["status", f"evil{hostile}"]):
+        main(argv)
+        out, err = capsys.readouterr()
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in out and raw not in err, (argv, out, err)
+        assert "\\x1b" in out + err, (argv, out, err)  # shown, escaped
