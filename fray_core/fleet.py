@@ -388,6 +388,8 @@ class Fleet:
             or not (0.0 <= detection_delay < float("inf"))
         ):
             raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
+        check_number(f"{name}: min_count", min_count, integer=True)
+        waiter_ttl = check_seconds(f"{name}: waiter_ttl", waiter_ttl, positive=True, allow_none=False)
         if clock is None:
             from fray_core.clock import FakeClock
 
@@ -432,7 +434,9 @@ class Fleet:
 
     @waiter_ttl.setter
     def waiter_ttl(self, value: float) -> None:
-        self._waiter_ttl = float(value)
+        self._waiter_ttl = float(
+            check_seconds(f"{self._fleet_name}: waiter_ttl", value, positive=True, allow_none=False)
+        )
         for q in self._queues.values():
             q.ttl = self._waiter_ttl
 
@@ -787,6 +791,7 @@ class Fleet:
     def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
         """Preempt a slice now: the lease holding it is lost (its ``on_lost`` runs) and the slice is down;
         a fresh incarnation is free after ``restore_after`` seconds (``None``: gone until :meth:`restore`)."""
+        restore_after = check_seconds("preempt: restore_after", restore_after)
         self._preempt_slice(self.slice(slice_name), restore_after)
 
     def _preempt_slice(self, sl: Slice, restore_after: float | None) -> None:
@@ -869,6 +874,7 @@ class Fleet:
         """
         if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0.0 <= grace < float("inf"):
             raise ValueError(f"notify_preemption: grace must be seconds >= 0, got {grace!r}")
+        restore_after = check_seconds("notify_preemption: restore_after", restore_after)
         sl = self.slice(slice_name)
         deadline = self.clock.now() + grace
         lease = sl.lease
@@ -892,6 +898,8 @@ class Fleet:
     def drop_capacity(self, tpu_type: str, to: int, duration: float | None = 1.0) -> list[str]:
         """Only ``to`` slices of ``tpu_type`` stay up; the others (free ones first, then busy ones) are
         preempted and come back after ``duration`` seconds (``None``: never). Returns their names."""
+        check_number("drop_capacity: to", to, integer=True)
+        duration = check_seconds("drop_capacity: duration", duration)
         up = [s for s in self.slices(tpu_type) if s.state in ("free", "busy")]
         up.sort(key=lambda s: s.state != "free")
         victims = up[: max(0, len(up) - to)]
@@ -899,10 +907,13 @@ class Fleet:
             self.preempt(s.name, restore_after=duration)
         return [s.name for s in victims]
 
-    def _set_health(self, slice_name: str, host: int, health: HostHealth) -> Slice:
+    def _set_health(self, slice_name: str, host: int, health: HostHealth, caller: str = "break_host") -> Slice:
         sl = self.slice(slice_name)
+        check_number(f"{caller}: host", host, integer=True)
         if not 0 <= host < sl.hosts:
-            raise ValueError(f"host must be in [0, {sl.hosts}) for {slice_name} ({sl.tpu_type}), got {host!r}")
+            raise ValueError(
+                f"{caller}: host must be in [0, {sl.hosts}) for {slice_name} ({sl.tpu_type}), got {host!r}"
+            )
         if health is HostHealth.HEALTHY:
             if sl.sick:
                 sl.sick.pop(host, None)
@@ -919,7 +930,7 @@ class Fleet:
     def repair_host(self, slice_name: str, host: int) -> None:
         """Undo :meth:`break_host` (the host is healthy and clean again): its device failures are forgotten
         and its slice leaves quarantine."""
-        sl = self._set_health(slice_name, host, HostHealth.HEALTHY)
+        sl = self._set_health(slice_name, host, HostHealth.HEALTHY, caller="repair_host")
         until = sl.quarantined_until
         if until is not None:
             self._lift(sl, until)  # back in the suspect heap, if still a suspect
@@ -932,7 +943,7 @@ class Fleet:
         """Leave a stale device lock on a host, as a crashed TPU process does."""
         sl = self.slice(slice_name)
         if sl.health(host) is not HostHealth.BROKEN:
-            self._set_health(slice_name, host, HostHealth.DIRTY)
+            self._set_health(slice_name, host, HostHealth.DIRTY, caller="make_dirty")
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, True)
 
@@ -942,7 +953,7 @@ class Fleet:
         dirty = sl.health(host) is HostHealth.DIRTY
         was = dirty or (self.dirt_probe is not None and self.dirt_probe(slice_name, host))
         if dirty:
-            self._set_health(slice_name, host, HostHealth.HEALTHY)
+            self._set_health(slice_name, host, HostHealth.HEALTHY, caller="clean")
         if self.on_dirt is not None:
             self.on_dirt(slice_name, host, False)
         return was

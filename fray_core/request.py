@@ -715,6 +715,10 @@ class JobRequest:
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"JobRequest.{a.name}: expected seconds > 0 or None, got {value!r}")
+        if value > MAX_SECONDS:
+            raise ValueError(
+                f"JobRequest.{a.name}: expected seconds > 0 or None, got {value!r} (at most {MAX_SECONDS:g})"
+            )
 
     @name.validator
     def _check_name(self, _a: attrs.Attribute, value: Any) -> None:

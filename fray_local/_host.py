@@ -263,6 +263,13 @@ def _work(argv: list[str]) -> int:
     except (TpuDeviceError, HostPreempted) as e:
         _write(result_path, ("error", "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         return 3
+    except SimulatedHostFailure as e:
+        # an injected fault, not the user's code failing: one line, without a traceback of this module
+        # (which would read as a crash of Fray's own, in `fray sim` and every simulated fleet's job log)
+        text = f"SimulatedHostFailure: {e}\n"
+        sys.stderr.write(text)
+        _write(result_path, ("error", "user", text))
+        rc = 1
     except BaseException as e:  # the user's failure, with its traceback
         text = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
         sys.stderr.write(text)

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from fray_core._lines import READ_SIZE, LineSplitter
 from fray_core._procfs import start_ticks as process_start_ticks
 from fray_core._procfs import stat_fields
 from fray_core.joblog import LogSink
@@ -69,12 +70,8 @@ TEARDOWN_GRACE = 5.0
 _TAIL_LINES = 20
 _TAIL_LINE_CHARS = 4096  # a line kept in the tail (error messages, records) is cut at this
 
-# Output is read in chunks, never a line at a time, so memory stays bounded whatever the line endings: a
-# line longer than MAX_LINE_BYTES is logged in pieces of that size, and progress bars ('\r' without '\n',
-# as tqdm writes them) are logged at most every PROGRESS_INTERVAL seconds, the bar as it stands.
-MAX_LINE_BYTES = 64 * 1024
-PROGRESS_INTERVAL = 5.0
-_READ_SIZE = 64 * 1024
+# Output is read in chunks, never a line at a time, so memory stays bounded whatever the line endings
+# (fray_core._lines.LineSplitter).
 
 
 # --------------------------------------------------------------------------------- /proc helpers
@@ -176,81 +173,6 @@ def is_deterministic_start_error(e: BaseException) -> bool:
 # ------------------------------------------------------------------------------------------ logs
 
 
-class LineSplitter:
-    r"""Turns a host's output, fed in byte chunks, into the lines to log, holding at most about
-    ``2 * MAX_LINE_BYTES`` whatever the input.
-
-    ``\n`` ends a line (``\r\n`` too); ``\r`` returns to the start of the line, as on a terminal: of a
-    line rewritten with ``\r`` (a progress bar) what is logged is what a terminal would show last, plus the
-    bar as it stands every ``progress_interval`` seconds while it is being rewritten.
-
-    >>> s = LineSplitter(progress_interval=60.0)
-    >>> s.feed(b"start\n\r 10%", now=0.0), s.feed(b"\r 50%", now=1.0), s.feed(b"\r100%\r\nlast", now=2.0)
-    (['start', ' 10%'], [], ['100%'])
-    >>> s.close()
-    ['last']
-    """
-
-    def __init__(self, max_line: int = MAX_LINE_BYTES, progress_interval: float = PROGRESS_INTERVAL) -> None:
-        self.max_line = max_line
-        self.progress_interval = progress_interval
-        self._cur = b""  # text after the last '\r' or '\n'
-        self._prog: bytes | None = None  # the last non-empty '\r'-ended segment of the current line
-        self._logged: bytes | None = None  # the progress state last logged for the current line
-        self._logged_at = -float("inf")
-
-    def feed(self, chunk: bytes, now: float | None = None) -> list[str]:
-        """The lines that ``chunk`` completes (and a progress line when one is due)."""
-        out: list[bytes] = []
-        pieces = chunk.split(b"\n")
-        for k, piece in enumerate(pieces):
-            self._absorb(piece, out)
-            if k < len(pieces) - 1:
-                self._end_line(out)
-        if self._prog is not None:  # a progress bar is being rewritten: log it as it stands, now and then
-            now = time.monotonic() if now is None else now
-            shown = self._cur or self._prog
-            if now - self._logged_at > self.progress_interval and shown != self._logged:
-                out.append(shown)
-                self._logged, self._logged_at = shown, now
-        return [self._decode(b) for b in out]
-
-    def close(self) -> list[str]:
-        """What is left at the end of the output (a last line without ``\n`` is kept)."""
-        out: list[bytes] = []
-        if self._cur or self._prog is not None:
-            self._end_line(out)
-        return [self._decode(b) for b in out]
-
-    def _absorb(self, piece: bytes, out: list[bytes]) -> None:
-        """Take text with no ``\n`` in it."""
-        j = piece.rfind(b"\r")
-        if j >= 0:
-            body = piece[:j].rstrip(b"\r")  # tqdm starts every state with '\r': an empty segment is no state
-            i = body.rfind(b"\r")
-            seg = self._cur + body if i < 0 else body[i + 1 :]
-            if seg:
-                self._prog = seg[-self.max_line :]
-            elif self._prog is None:
-                self._prog = b""
-            self._cur = piece[j + 1 :]
-        else:
-            self._cur += piece
-        while len(self._cur) > self.max_line:  # a very long line is logged in pieces
-            out.append(self._cur[: self.max_line])
-            self._cur = self._cur[self.max_line :]
-
-    def _end_line(self, out: list[bytes]) -> None:
-        shown = self._cur or self._prog or b""
-        if not (self._prog is not None and shown == self._logged):  # not logged already as progress
-            out.append(shown)
-        self._cur, self._prog, self._logged = b"", None, None
-
-    @staticmethod
-    def _decode(raw: bytes) -> str:
-        return raw.decode("utf-8", "replace")
-
-
 # ---------------------------------------------------------------------------------------- a host
 
 
@@ -314,7 +236,7 @@ class HostProcess:
         splitter = LineSplitter()
         try:
             while True:
-                chunk = os.read(out.fileno(), _READ_SIZE)
+                chunk = os.read(out.fileno(), READ_SIZE)
                 for line in splitter.feed(chunk) if chunk else splitter.close():
                     self.tail.append(line[:_TAIL_LINE_CHARS])
                     self.log.write(self.tag, line)  # a failing log drops the line; we keep draining the pipe

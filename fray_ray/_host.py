@@ -41,6 +41,7 @@ import attrs
 import cloudpickle
 
 from fray_core._exits import exit_code_text
+from fray_core._lines import READ_SIZE, LineSplitter
 from fray_core._oom import OomWatch, oom_suffix
 from fray_core._procfs import start_ticks
 from fray_core.hostrun import EntrypointExit, call_entrypoint
@@ -459,10 +460,19 @@ class _LogPump:
         self.tail.append(line)
 
     def _read(self) -> None:
-        with os.fdopen(self._r, "rb") as f:
-            for raw in f:
-                os.write(self._orig_out, raw)
-                self.feed(raw.decode("utf-8", "replace").rstrip("\n"))
+        # chunks, never a line at a time: output with no newline (progress bars) takes bounded memory
+        splitter = LineSplitter()
+        try:
+            while True:
+                chunk = os.read(self._r, READ_SIZE)
+                if chunk:
+                    _write_all(self._orig_out, chunk)
+                for line in splitter.feed(chunk) if chunk else splitter.close():
+                    self.feed(line)
+                if not chunk:
+                    break
+        finally:
+            os.close(self._r)
 
     def _flush(self, last: bool = False) -> None:
         import ray
@@ -505,6 +515,13 @@ class _LogPump:
                 pass  # the supervisor is gone or slow: the log is best effort, the result is not
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a signal can cut a write to a pipe short)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _die_with_parent() -> None:
     # A binary's process must not outlive its host task when Ray kills the worker (cancel, preemption).
     try:
@@ -526,8 +543,8 @@ def _run_binary(cmd: list[str], where: str, pump: _LogPump) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN) if threading.current_thread() is threading.main_thread() else None
     )
     try:
-        for raw in proc.stdout:
-            os.write(1, raw)  # through the pump: logged and kept in its tail
+        while chunk := os.read(proc.stdout.fileno(), READ_SIZE):  # chunks, not lines: bounded memory
+            _write_all(1, chunk)  # through the pump: logged and kept in its tail
         rc = proc.wait()
     finally:
         if before is not None:

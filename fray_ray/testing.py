@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from fray_core.limits import check_seconds
 from fray_core.runner import RetryPolicy
 from fray_core.tpu import get_tpu_spec
 from fray_core.types import JobStatus
@@ -382,6 +383,7 @@ class FakeTpuCluster:
     def preempt(self, slice_name: str, restore_after: float | None = 0.0) -> None:
         """Remove every node of ``slice_name`` at once, without grace (a preemption). After
         ``restore_after`` seconds a fresh slice of the same type (a new name) joins; ``None``: never."""
+        restore_after = check_seconds("preempt: restore_after", restore_after)
         with self._lock:
             if slice_name not in self._nodes:
                 raise KeyError(f"preempt: no live slice named {slice_name!r}; live: {sorted(self._nodes)}")
@@ -409,6 +411,8 @@ class FakeTpuCluster:
         (reason PREEMPTION and a deadline ``grace`` seconds away, what Ray's autoscaler and GKE maintenance
         events produce), then preempted (:meth:`preempt`, with ``restore_after``) at the deadline. Returns the
         deadline (epoch seconds)."""
+        grace = check_seconds("drain: grace", grace, allow_none=False)
+        restore_after = check_seconds("drain: restore_after", restore_after)
         import ray
         from ray.core.generated import autoscaler_pb2
 

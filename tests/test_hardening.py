@@ -104,6 +104,8 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
             "sim",
             "--preemptions",
             "1",
+            "--failures",  # an injected failure is one line, not a traceback of Fray's own host code
+            "1",
             "--seed",
             "3",
             "--steps",
@@ -118,7 +120,7 @@ def test_the_readme_demo_and_fray_sim_print_no_traceback(tmp_path: Path) -> None
         timeout=180,
     )
     assert sim.returncode == 0, sim.stdout + sim.stderr
-    assert "PREEMPTED" in sim.stdout
+    assert "PREEMPTED" in sim.stdout and "SimulatedHostFailure: injected failure in attempt 1" in sim.stdout
     assert "Traceback" not in sim.stdout + sim.stderr, sim.stdout + sim.stderr
 
 
@@ -160,6 +162,8 @@ FIELDS = {
     "GpuConfig.count": lambda v: GpuConfig(type="A100", count=v),
     "JobRequest.max_retries_failure": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_failure=v),
     "JobRequest.max_retries_preemption": lambda v: JobRequest(name="x", entrypoint=_entry(), max_retries_preemption=v),
+    "JobRequest.stall_timeout": lambda v: JobRequest(name="x", entrypoint=_entry(), stall_timeout=v),  # None: off
+    "JobRequest.startup_timeout": lambda v: JobRequest(name="x", entrypoint=_entry(), startup_timeout=v),  # None: off
     "PreemptSlice.after": lambda v: PreemptSlice(attempt=0, after=v),
     "PreemptSlice.restore_after": lambda v: PreemptSlice(attempt=0, restore_after=v),  # None: gone for good
     "FailHost.host_index": lambda v: FailHost(attempt=0, host_index=v),
@@ -167,7 +171,10 @@ FIELDS = {
     "DirtyHost.attempt": lambda v: DirtyHost(attempt=v),
     "quarantine_window": lambda v: Fleet(quarantine_window=v),
     "quarantine_for": lambda v: Fleet(quarantine_for=v),
+    "waiter_ttl": lambda v: Fleet(waiter_ttl=v),
+    "min_count": lambda v: Fleet(min_count=v),
 }
+NONE_ALLOWED = {"PreemptSlice.restore_after", "JobRequest.stall_timeout", "JobRequest.startup_timeout"}
 UNBOUNDED_ABOVE = {
     "ResourceConfig.cpu",
     "JobRequest.max_retries_failure",
@@ -180,12 +187,61 @@ UNBOUNDED_ABOVE = {
 @settings(max_examples=300, deadline=None)
 @given(field=st.sampled_from(sorted(FIELDS)), value=BAD_NUMBERS)
 def test_any_bad_number_fails_at_construction_naming_the_field(field: str, value: object) -> None:
-    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field == "PreemptSlice.restore_after"):
+    if (value == 1e300 and field in UNBOUNDED_ABOVE) or (value is None and field in NONE_ALLOWED):
         return
     with pytest.raises((ValueError, TypeError)) as e:
         FIELDS[field](value)
     assert field in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def _fleet() -> Fleet:
+    return Fleet({"v4-16": 2}, FakeClock())
+
+
+# the simulated fleets' fault methods (fray_core.fleet.Fleet, the in-memory provider, the emulated Ray cluster):
+# ``restore_after=nan`` scheduled a timer at NaN (a fake clock's heap out of order, a real timer's thread dead
+# with a traceback), a negative one restored at once
+FAULT_CALLS = {
+    "preempt: restore_after": lambda v: _fleet().preempt("v4-16-0", restore_after=v),
+    "notify_preemption: restore_after": lambda v: _fleet().notify_preemption("v4-16-0", 1.0, restore_after=v),
+    "drop_capacity: duration": lambda v: _fleet().drop_capacity("v4-16", to=0, duration=v),
+    "drop_capacity: to": lambda v: _fleet().drop_capacity("v4-16", to=v),
+    "break_host: host": lambda v: _fleet().break_host("v4-16-0", v),
+    "InMemorySliceProvider.preempt: restore_after": lambda v: InMemorySliceProvider({"v4-16": 1}, FakeClock()).preempt(
+        "v4-16-0", restore_after=v
+    ),
+    "FakeTpuCluster.preempt: restore_after": lambda v: _fake_tpu_cluster_call("preempt", "s", restore_after=v),
+    "FakeTpuCluster.drain: grace": lambda v: _fake_tpu_cluster_call("drain", "s", grace=v),
+    "FakeTpuCluster.drain: restore_after": lambda v: _fake_tpu_cluster_call("drain", "s", grace=1.0, restore_after=v),
+}
+
+
+def _fake_tpu_cluster_call(method: str, *args: object, **kw: object) -> None:
+    """The emulated Ray cluster's method on a stand-in (no cluster): its arguments are checked first."""
+    from fray_ray.testing import FakeTpuCluster
+
+    getattr(FakeTpuCluster, method)(object(), *args, **kw)
+
+
+@pytest.mark.parametrize("what", sorted(FAULT_CALLS))
+@pytest.mark.parametrize("value", [float("nan"), -1, "5"])
+def test_fault_injection_numbers_are_checked(what: str, value: object) -> None:
+    with pytest.raises((ValueError, TypeError)) as e:
+        FAULT_CALLS[what](value)
+    field = what.split(".", 1)[-1] if what.startswith(("InMemory", "FakeTpu")) else what
+    assert field in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), 1e300, "5", True])
+def test_every_field_refuses_each_kind_of_bad_number(value: object) -> None:
+    """The property test above samples; these kinds are tried on every field (1e300 on every bounded one)."""
+    for field, make in FIELDS.items():
+        if value == 1e300 and field in UNBOUNDED_ABOVE:
+            continue
+        with pytest.raises((ValueError, TypeError)) as e:
+            make(value)
+        assert field in str(e.value), (field, value, str(e.value))
 
 
 @pytest.mark.parametrize("sizes", ["ram", "disk"])
@@ -269,6 +325,18 @@ def test_sizes_at_the_limits_are_accepted() -> None:
             fleet.model.add_slices("v4-16", 1)
     finally:
         fleet.close()
+
+
+def test_a_busy_poll_interval_and_a_huge_session_name_are_refused(cluster: LocalCluster) -> None:
+    """``RetryPolicy(poll_interval=0)`` burnt a core (0 is no bad number for most fields, so the property
+    test above does not try it); a session's name has the job name's limit, checked before anything starts."""
+    for spin in (0, 0.0, 0.001):
+        with pytest.raises(ValueError, match=r"^RetryPolicy.poll_interval: expected .* >= 0.01 .*, got 0"):
+            RetryPolicy(poll_interval=spin)
+    with pytest.raises(ValueError, match=r"^hold: name: at most 1024 characters allowed, got 20,000,000") as e:
+        cluster.hold(ResourceConfig(), name="n" * 20_000_000, timeout=5)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 200
+    assert cluster.list_jobs() == []  # nothing was launched
 
 
 def test_a_huge_fleet_spec_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -356,6 +424,44 @@ def test_progress_bars_without_newlines_take_bounded_memory_and_the_last_line_is
     assert int(grew_mib) < 60, f"the launcher's peak RSS grew by {grew_mib} MiB for 200 MB of '\\r' output"
     assert "final line" in last, last
     assert int(n_lines) < 1000  # progress states logged now and then, not 2 million of them
+
+
+RAY_HOST_PUMP = r"""
+import json, os, resource, sys
+from fray_ray._host import _LogPump, _run_binary
+
+mb, out = int(sys.argv[1]), sys.argv[2]
+prog = ("import sys; w = sys.stdout.buffer.write; b = b'\\r' + b'#' * 99; "
+        f"[w(b * 10000) for _ in range({mb})]; w(b'\\rfinal line\\n')")
+import ray  # the pump imports it to send its lines: not what is measured
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pump = _LogPump("a0 s0/h0", None)  # no supervisor: the lines stay in the pump (bounded), as when it is behind
+_run_binary([sys.executable, "-c", prog], "here", pump)  # a binary: the worker relays its output
+w = os.write
+[w(1, (b"\r" + b"#" * 99) * 10000) for _ in range(mb)]  # a callable: the worker's own fd 1
+w(1, b"\rlast words")  # no newline: kept when the pump closes
+pump.close()
+grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024
+with open(out, "w") as f:
+    json.dump({"grew_mib": grew, "pending": len(pump._pending), "tail": list(pump.tail)[-3:]}, f)
+"""
+
+
+@linux_only
+def test_a_ray_host_relays_progress_bars_in_bounded_memory(tmp_path: Path) -> None:
+    """The Ray backend's host reads its output a line at a time: 100 MB of '\r' states and no newline was
+    one 100 MB line in the worker (twice for a binary: relayed, then pumped), and one 100 MB log line sent
+    to the supervisor. No cluster is needed: the pump and the relay are plain processes and pipes."""
+    out = tmp_path / "out.json"
+    r = subprocess.run(
+        [sys.executable, "-c", RAY_HOST_PUMP, "100", str(out)],  # 100 MB from a binary, 100 MB from fd 1
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(out.read_text())
+    assert m["grew_mib"] < 60, f"the Ray host's peak RSS grew by {m['grew_mib']} MiB for 2 x 100 MB of '\\r' output"
+    assert m["pending"] < 100, m["pending"]  # progress states now and then, not one per '\r'
+    assert m["tail"][-2:] == ["final line", "last words"], m["tail"]
 
 
 class _SlowSink(LogSink):
@@ -540,3 +646,54 @@ def test_a_session_result_that_cannot_be_pickled_names_the_session_call_and_host
         msg = str(e.value)
         assert session.job_id in msg and "slice 0 host 0" in msg and "holds_a_lock" in msg, msg
         assert "cannot be pickled" in msg, msg
+
+
+# ------------------------------------------------------------------- 8. the limits, as docs/troubleshooting.md says
+
+
+def test_the_limits_at_a_glance_say_what_the_code_does() -> None:
+    """Each row of troubleshooting.md's "Every limit, at a glance" that names a constant gives its value:
+    a constant changed without its row (or a row written from memory) fails here."""
+    from fray_core import _lines, limits, records, request, session
+    from fray_local import _proc
+    from fray_ray import _host as ray_host  # imports no ray
+
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    table = text.split("## Every limit, at a glance\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    mib, kib = 1 << 20, 1 << 10
+    documented = [  # (constant as the row names it, its value, the value the row must say, how the row says it)
+        ("MAX_REPLICAS", limits.MAX_REPLICAS, 10_000, "| 10,000 |"),
+        ("MAX_HOSTS_PER_JOB", limits.MAX_HOSTS_PER_JOB, 100_000, "| 100,000 |"),
+        ("MAX_FLEET_SLICES", limits.MAX_FLEET_SLICES, 10_000, "| 10,000 |"),
+        ("MAX_NAME_LENGTH", limits.MAX_NAME_LENGTH, 1024, "| 1,024 |"),
+        ("MAX_SECONDS", limits.MAX_SECONDS, 1e9, "| 1e9 s"),
+        ("MIN_POLL_INTERVAL", limits.MIN_POLL_INTERVAL, 0.01, "| at least 0.01 s |"),
+        ("MAX_SIZE", request.MAX_SIZE, 1024 << 50, "| 1024p (1 EiB) |"),
+        ("MAX_RECORD_BYTES", records.MAX_RECORD_BYTES, 16 * mib, "| 16 MiB |"),
+        ("MAX_JSON_DEPTH", records.MAX_JSON_DEPTH, 64, "| 64 levels |"),
+        ("MAX_INT_DIGITS", records.MAX_INT_DIGITS, 19, "| 19 digits |"),
+        ("MAX_FLOAT", records.MAX_FLOAT, 1e15, "below 1e15 |"),
+        ("MAX_FIELD_CHARS", records.MAX_FIELD_CHARS, 65_536, "| 65,536 characters |"),
+        ("INCOMPLETE_GRACE", records.INCOMPLETE_GRACE, 30.0, "| 30 s |"),
+        ("NEW_JOB_TRIES", records.NEW_JOB_TRIES, 8, "| 8 |"),
+        ("RESERVE_BYTES", records.RESERVE_BYTES, 256 * kib, "| 256 KiB, "),
+        ("FINAL_WRITE_DEADLINE", records.FINAL_WRITE_DEADLINE, 10.0, ", 10 s of trying |"),
+        ("MAX_LINE_BYTES", _lines.MAX_LINE_BYTES, 64 * kib, "| 64 KiB |"),
+        ("PROGRESS_INTERVAL", _lines.PROGRESS_INTERVAL, 5.0, "every 5 s at most"),
+        ("DRAIN_MAX", _proc.DRAIN_MAX, 60.0, "up to 60 s"),
+        ("DRAIN_GRACE", _proc.DRAIN_GRACE, 2.0, "after 2 s is not logged"),
+        ("_TAIL_LINES", _proc._TAIL_LINES, 20, "the last 20 lines"),
+        ("_TAIL_LINE_CHARS", _proc._TAIL_LINE_CHARS, 4096, "cut at 4,096 characters"),
+        ("LOG_PENDING_MAX", ray_host.LOG_PENDING_MAX, 20_000, "| 20,000 |"),
+        ("MAX_LOG_LINE", records.MAX_LOG_LINE, mib, "| 1 MiB |"),
+        ("LOG_CHUNK", records.LOG_CHUNK, mib, "| 1 MiB at a time"),
+        ("MAX_HANDSHAKES", session.MAX_HANDSHAKES, 128, "| 128 at once"),
+        ("HANDSHAKE_TIMEOUT", session.HANDSHAKE_TIMEOUT, 5.0, "5 s each"),
+        ("HANDSHAKE_EVICT_AFTER", session.HANDSHAKE_EVICT_AFTER, 1.0, "has had 1 s"),
+    ]
+    assert _proc._TAIL_LINES == ray_host._TAIL_LINES  # one row says both backends' tail
+    for name, value, said, how in documented:
+        assert value == said, f"{name} is {value!r}: update its row in troubleshooting.md and this test"
+        [row] = [r for r in rows if f"`{name}`" in r or f".{name}`" in r]
+        assert how in row, (name, how, row)

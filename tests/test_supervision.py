@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fray_core import Entrypoint, JobRequest, JobStatus
+from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import MAX_RECORD_BYTES, JobStore
 from fray_core.types import JobInfo
@@ -155,9 +155,16 @@ def test_out_of_file_descriptors_every_record_ends_as_in_memory(tmp_path: Path) 
 def test_a_launch_that_cannot_start_a_thread_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: ``RuntimeError: can't start new thread`` after the PENDING record was written (a phantom job
     in every listing), then ``close()`` blocked 60 s and left the spool dir and the fleet behind."""
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     jobs_dir = tmp_path / "jobs"
     cluster = LocalCluster(jobs_dir=str(jobs_dir), retry_policy=TEST_POLICY)
-    cluster.wait(cluster.launch(_req("first")), timeout=60)  # the spool dir and the stop watcher exist
+    first = JobRequest(name="first", entrypoint=Entrypoint(callable=_value), resources=ResourceConfig.with_tpu("v4-8"))
+    cluster.wait(cluster.launch(first), timeout=60)  # the spool dir, the fleet's dir and the stop watcher exist
+    assert len(list(private.iterdir())) >= 2, "no spool or fleet dir: this test would check nothing"
     real_start = threading.Thread.start
 
     def start(self: threading.Thread) -> None:
@@ -178,6 +185,7 @@ def test_a_launch_that_cannot_start_a_thread_leaves_nothing(tmp_path: Path, monk
     cluster.close()
     assert time.monotonic() - t0 < 10
     assert not os.path.exists(spool)
+    assert sorted(p.name for p in private.iterdir()) == []  # nor the fleet's dir
 
 
 def test_a_record_that_cannot_be_written_at_launch_leaves_nothing(
@@ -512,3 +520,32 @@ def test_a_crash_in_the_provider_ends_the_job_failed_with_the_reason(
     log = (jobs_dir / info.job_id / "job.log").read_text()
     assert "[fray] Traceback" in log and "RuntimeError: provider bug" in log
     assert "Exception in thread" not in capfd.readouterr().err
+
+
+def test_a_planted_record_cannot_write_to_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every byte a job (or a planted file) controls is escaped on every CLI path: a dir name, and a record's
+    name, error, slices and cause, through list, list --wide, status (its attempts table and timeline), logs
+    and the warnings on stderr (tests/test_cli.py covers what a running job prints and returns)."""
+    from fray_core.cli import main
+
+    jobs_dir = tmp_path / "jobs"
+    hostile = "\x1b]0;title\x07\x1b[2J\u202e"
+    _plant(jobs_dir, "ok", json.dumps(_record(
+        "ok", name=f"n{hostile}", status="FAILED", error=f"boom {hostile}",
+        attempts=[{"index": 0, "slices": [f"s{hostile}"], "started_at": 1.0, "ended_at": 2.0, "outcome": "FAILED",
+                   "cause": f"cause {hostile}\nlast {hostile}"}],
+    )))  # fmt: skip
+    (jobs_dir / "ok" / "job.log").write_text(f"[a0 r0] out {hostile}\n")
+    _plant(jobs_dir, f"evil{hostile}", "[]")
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(jobs_dir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    for argv in (["list"], ["list", "--wide"], ["status", "ok"], ["logs", "ok"], ["status", f"evil{hostile}"]):
+        main(argv)
+        out, err = capsys.readouterr()
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in out and raw not in err, (argv, out, err)
+        assert "\\x1b" in out + err, (argv, out, err)  # shown, escaped
