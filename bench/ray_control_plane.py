@@ -20,7 +20,9 @@ second of the GCS process (``/proc``) and of the head node (the head raylet and 
 supervisor and scheduler actors, Ray's JobSupervisor actors and their entrypoints; plus the dashboard, its
 agents, the autoscaler monitor and log monitor), as the difference from the window before:
 
-- idle (baseline) -> Fray job RUNNING on the real slice (hosts sleep) -> + a Fray job QUEUED behind it;
+- idle (baseline) -> Fray job RUNNING on the real slice (hosts sleep) -> + a Fray job QUEUED behind it -> +
+  ``--queued`` - 1 more QUEUED (what each further one adds: the first carries the cluster's one view, which
+  the scheduler actor reads once a second while any job waits);
 - the same with Ray job submission (``JobSubmissionClient``): an entrypoint that creates the slice's placement
   group (label selector, the way Ray TPU code does) and runs a sleeping task per host; the queued one waits in
   ``pg.ready()``.
