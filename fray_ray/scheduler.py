@@ -37,7 +37,7 @@ import ray.exceptions as rex
 
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 from fray_ray.slices import SliceView, head_group_job, members, slice_view
-from fray_ray.view import REFRESH_S, ClusterView
+from fray_ray.view import REFRESH_S, ClusterView, NodeFeed
 
 __all__ = [
     "SCHEDULER_NAME",
@@ -56,6 +56,8 @@ CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first sta
 # The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
 # caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
 ACTOR_RESOURCE = 0.0001
+FEED_START_TIMEOUT = 30.0  # seconds the node table's feed may take to start (subscribe and one full read)
+FEED_RETRY = 30.0  # seconds before a feed that failed is tried again (full reads meanwhile)
 
 
 @attrs.frozen
@@ -110,7 +112,11 @@ class Scheduler:
     """Actor body (see module doc). ``quarantine_*``: see ``RayCluster``; the first client's values apply."""
 
     def __init__(
-        self, quarantine_after: int = 2, quarantine_window: float = 3600.0, quarantine_for: float = 1800.0
+        self,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
+        follow_nodes: bool = True,
     ) -> None:
         self._queues: dict[str, FairQueue] = {}
         self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name="fray-scheduler")
@@ -121,12 +127,22 @@ class Scheduler:
         self._cluster: ClusterView | None = None  # made on first use (the actor's body is also used without Ray)
         self._reading: dict[str, asyncio.Future[Any]] = {}  # kind of state -> its read in flight
         self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
+        # The node table from Ray's node-change channel (NodeFeed) rather than a full read a second: off in
+        # tests of the actor's body that give it a table of their own, and after the feed failed to start.
+        self._follow_nodes = follow_nodes
+        self._feed: NodeFeed | None = None
+        self._feed_starting: asyncio.Future[Any] | None = None
+        self._feed_retry_at = 0.0
 
     async def _state_of(self, kind: str) -> tuple[Any, int]:
         """The cluster's ``kind`` state (numbered, see ``ClusterView.numbered``): the copy when it is fresh
         enough, else one read in a thread that every call needing it awaits (the event loop stays free)."""
         if self._cluster is None:
             self._cluster = ClusterView()
+        if kind == "nodes":
+            feed = await self._node_feed()
+            if feed is not None:
+                return feed.numbered()
         if self._cluster.age(kind) < REFRESH_S:
             return self._cluster.numbered(kind)
         reading = self._reading.get(kind)
@@ -135,6 +151,31 @@ class Scheduler:
             self._reading[kind] = reading
             reading.add_done_callback(lambda _f, k=kind: self._reading.pop(k, None))
         return await asyncio.shield(reading)
+
+    async def _node_feed(self) -> NodeFeed | None:
+        """The node table's feed once it runs (started by the first call that needs it, every other call
+        awaiting that start); ``None`` while it cannot be had: the node table is then read in full, at most
+        once a second, and a feed is tried again after ``FEED_RETRY`` seconds."""
+        if not self._follow_nodes:
+            return None
+        if self._feed is not None and not self._feed.healthy:
+            self._feed.close()
+            self._feed, self._feed_retry_at = None, time.monotonic() + FEED_RETRY
+        if self._feed is None and self._feed_starting is None and time.monotonic() >= self._feed_retry_at:
+            self._feed_starting = asyncio.ensure_future(self._start_feed())
+        if self._feed_starting is not None:
+            await asyncio.shield(self._feed_starting)
+        return self._feed
+
+    async def _start_feed(self) -> None:
+        try:
+            feed = NodeFeed(ray.get_runtime_context().gcs_address)
+            await asyncio.wait_for(feed.start(), FEED_START_TIMEOUT)
+            self._feed = feed
+        except Exception:  # noqa: BLE001 - full reads instead, and another try later
+            self._feed_retry_at = time.monotonic() + FEED_RETRY
+        finally:
+            self._feed_starting = None
 
     async def _view(
         self, tpu_type: str, label: dict[str, str], topology: str | None, holders: bool, fresh: bool = False
@@ -179,7 +220,7 @@ class Scheduler:
         took).
 
         >>> import asyncio
-        >>> s = Scheduler()
+        >>> s = Scheduler(follow_nodes=False)
         >>> s._cluster = ClusterView()
         >>> for kind in ("nodes", "available"):  # a cluster with no TPU slice (no Ray needed for this)
         ...     s._cluster._state[kind].read = dict
@@ -211,7 +252,7 @@ class Scheduler:
             free=len(view.free),
             busy=len(view.alive) - len(view.free),
             transit=sorted(set(view.alive) - set(view.free) - set(view.holders)),
-            slow=self._cluster.read_seconds("nodes"),
+            slow=0.0 if self._feed is not None else self._cluster.read_seconds("nodes"),
         )
         return answer
 

@@ -233,7 +233,7 @@ def scheduler_over(nodes: dict[str, dict[str, Any]], available: dict[str, dict[s
 
         return read
 
-    scheduler = Scheduler()
+    scheduler = Scheduler(follow_nodes=False)
     scheduler._cluster = ClusterView()
     scheduler._cluster._state["nodes"].read = reader("nodes", nodes)
     scheduler._cluster._state["available"].read = reader("available", available)
