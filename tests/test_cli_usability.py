@@ -340,12 +340,14 @@ def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -
     assert proc.stdout is not None
     sel.register(proc.stdout, selectors.EVENT_READ)
     end = time.monotonic() + timeout
+    # os.read, not readline: a buffered reader keeps what it read past the first line, and select() does not
+    # see it (the needle would wait for the next redraw, which a job whose state no longer changes never makes)
     while needle not in seen:
         assert time.monotonic() < end, f"no {needle!r} in {seen[-2000:]!r}"
         if sel.select(timeout=1):
-            line = proc.stdout.readline()
-            assert line, f"exited before {needle!r}: {seen[-2000:]!r}"
-            seen += line
+            chunk = os.read(proc.stdout.fileno(), 65536).decode()
+            assert chunk, f"exited before {needle!r}: {seen[-2000:]!r}"
+            seen += chunk
     return seen
 
 
