@@ -311,3 +311,43 @@ def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
     )
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "python -m pip install 'fray-jobs[dashboard]'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("refresh", ["-1", "0", "nan", "inf"])
+def test_bad_refresh_is_one_line_exit_2(refresh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--refresh -1`` served a page that re-fetched in a tight loop (setTimeout of a negative delay)."""
+    from fray_core.cli import main
+
+    assert main(["dashboard", "--refresh", refresh]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument --refresh: expected seconds between 0.1 and 3600, got '{refresh}'" in err
+
+
+def test_default_address_is_this_machine_on_a_port_that_is_not_rays() -> None:
+    from fray_core.cli import build_parser
+    from fray_core.dashboard import DEFAULT_HOST, DEFAULT_PORT
+
+    args = build_parser().parse_args(["dashboard"])
+    assert (args.host, args.port) == (DEFAULT_HOST, DEFAULT_PORT) == ("127.0.0.1", 8290)
+    assert DEFAULT_PORT != 8265  # Ray's dashboard
+    index = (Path(__file__).parent.parent / "docs" / "index.md").read_text()
+    assert f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/" in index and "8265" in index
+
+
+def test_address_in_use_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from fray_core.cli import main
+
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", "--cluster", "local", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"fray dashboard: error: cannot listen on 127.0.0.1:{port}: "), err
+    assert "--port 0" in err  # how to get a free one

@@ -15,6 +15,7 @@ from fray_core.cli.common import (
     add_cluster_option,
     check_default_jobs_dir,
 )
+from fray_core.cli.jobs import _interval
 from fray_core.cli.output import safe
 
 __all__ = ["add_parsers", "cmd_completion", "cmd_doctor", "completion_script"]
@@ -261,6 +262,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         dashboard.serve(cluster, host=args.host, port=args.port, refresh=args.refresh, ready=ready)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except OSError as e:  # the port is taken, the host does not resolve or is not this machine's
+        reason = e.strerror or str(e)
+        reason = reason.rsplit("): ", 1)[-1] if "attempting to bind" in reason else reason
+        raise UsageError(
+            f"cannot listen on {args.host}:{args.port}: {reason} (--port 0 picks a free port; --host an address of "
+            "this machine)"
+        ) from None
     return EXIT_OK
 
 
@@ -288,7 +296,11 @@ def add_dashboard_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: st
         "--port", type=_port, default=8290, help="port (default 8290; Ray's dashboard is 8265; 0: any free port)"
     )
     p.add_argument(
-        "--refresh", type=float, default=2.0, metavar="S", help="seconds between the page's live refreshes (default 2)"
+        "--refresh",
+        type=_interval,  # 0.1 to 3600: a negative delay made the page re-fetch in a tight loop
+        default=2.0,
+        metavar="S",
+        help="seconds between the page's live refreshes (default 2)",
     )
     add_cluster_option(p)
     p.set_defaults(func=cmd_dashboard)
