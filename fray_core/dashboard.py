@@ -81,13 +81,17 @@ def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
     slices = []
     for sl in fleet.slices():
         quarantined = sl.quarantined_until is not None
+        holder = sl.holder or holders.get(sl.name)
+        # a fleet built from a spec here is this process's model: a job launched by another process holds its
+        # slice in that process's fleet, and only its record says so (free here, busy there)
+        state = "busy" if holder and sl.state == "free" else sl.state
         slices.append(
             {
                 "name": sl.name,
                 "type": sl.tpu_type,
                 "hosts": sl.hosts,
-                "state": sl.state,
-                "holder": sl.holder or holders.get(sl.name),
+                "state": state,
+                "holder": holder,
                 "preemptions": sl.preemptions,
                 "quarantined": quarantined,
                 "quarantine_note": sl.quarantine_note if quarantined else None,

@@ -220,10 +220,17 @@ def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser
     rows = _rows(browser, "#jobs tbody tr")
     assert set(rows) >= {"sim-1", "hostile-1", "waiting-1"}
     assert rows["sim-1"][1:3] == ["sim", "SUCCEEDED"] and rows["sim-1"][4:7] == ["2", "1/0", "50%"], rows["sim-1"]
+    assert rows["sim-1"][3] in ("1m", "2m") and rows["waiting-1"][3].endswith(("s", "m")), rows  # AGE
     assert "queued: 1st for 2 x v4-16" in rows["waiting-1"][7]
     assert rows["hostile-1"][1] == HOSTILE  # shown as text
     assert browser.execute_script("return document.getElementById('pwned')") is None  # never parsed as markup
     assert browser.title == "fray: jobs"
+    # the filters: a name glob, then a status, narrow the rows on the same page
+    browser.find_element("id", "f-name").send_keys("si*")
+    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"sim-1"}, "the name filter")
+    browser.find_element("id", "f-name").send_keys("\b\b\b")  # typed away, as a user would (clear() fires no input)
+    browser.execute_script("const s = document.getElementById('f-status'); s.value = 'FAILED'; s.onchange()")
+    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"hostile-1"}, "the status filter")
 
 
 _BARS = (
@@ -293,8 +300,8 @@ def test_browser_fleet_page(dash: Dashboard, browser: Any) -> None:
     )
     browser.get(dash.url + "fleet")
     rows = _wait(browser, lambda d: _rows(d, "#fleet tbody tr"), "the fleet")
-    assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][4] == "holder-1"
-    assert rows["v4-16-0"][4] == "-"
+    assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][3:5] == ["busy", "holder-1"], rows
+    assert rows["v4-16-0"][3:5] == ["free", "-"]
 
 
 def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
@@ -351,3 +358,23 @@ def test_address_in_use_is_one_line_naming_it(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"fray dashboard: error: cannot listen on 127.0.0.1:{port}: "), err
     assert "--port 0" in err  # how to get a free one
+
+
+def test_fleet_json_holders_from_records_and_quarantines(tmp_path: Path) -> None:
+    """The fleet view of ``fray dashboard --cluster 'local?tpu=...'``: the dashboard's own model of the fleet
+    (each launch has its own, backends.md), so a slice that a job's record says it holds is shown busy, not
+    free; a fleet run in the dashboard's process (``serve(cluster)`` from Python) shows its quarantines."""
+    from fray_core.dashboard import fleet_json
+    from fray_local import LocalCluster, TpuFleet
+
+    cluster = LocalCluster(fleet=TpuFleet({"v4-16": 3}), jobs_dir=str(tmp_path / "jobs"))
+    now = time.time()
+    holder = JobInfo(job_id="holder-1", name="h", status=JobStatus.RUNNING, attempts=[Attempt(0, ["v4-16-1"], now)])
+    cluster.fleet.model.device_failed("v4-16-2", 0)
+    cluster.fleet.model.device_failed("v4-16-2", 0)
+    fleet = fleet_json(cluster, [holder])
+    assert fleet is not None
+    rows = {s["name"]: s for s in fleet["slices"]}
+    assert (rows["v4-16-0"]["state"], rows["v4-16-0"]["holder"]) == ("free", None)
+    assert (rows["v4-16-1"]["state"], rows["v4-16-1"]["holder"]) == ("busy", "holder-1")
+    assert rows["v4-16-2"]["quarantined"] and "device error twice" in rows["v4-16-2"]["quarantine_note"]
