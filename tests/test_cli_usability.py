@@ -377,19 +377,29 @@ def test_list_and_status_watch_show_a_state_change(fray: Fray) -> None:
 def test_stop_several_and_all_with_filters(fray: Fray) -> None:
     from helpers import wait_for
 
-    ids = []
-    for n in range(2):
-        marker = fray.workdir / f"started-{n}"
-        r = fray("launch", "--name", f"sweep-{n}", "jobs_mod:block", f"marker={marker}")
+    ids = {}
+    for name in ("other-0", "sweep-1", "sweep-2"):
+        marker = fray.workdir / f"started-{name}"
+        r = fray("launch", "--name", name, "jobs_mod:block", f"marker={marker}")
         assert r.returncode == 0, r.stderr
-        ids.append(r.stdout.strip())
+        ids[name] = r.stdout.strip()
         wait_for(marker.exists, what="the job to start")
+
+    def states() -> dict[str, str]:
+        return {name: fray.status(job_id)["status"] for name, job_id in ids.items()}
+
     r = fray("stop", "--all", "--name", "sweep-*")  # not a terminal, no -y: refused, nothing stopped
     assert r.returncode == 2 and "without -y" in r.stderr, r.stderr
-    assert {fray.status(i)["status"] for i in ids} == {"RUNNING"}
-    r = fray("stop", *ids)
+    r = fray("stop", "--all", "--name", "nomatch-*", "-y")
+    assert r.returncode == 0 and "no running or pending job matches" in r.stderr, r.stderr
+    assert set(states().values()) == {"RUNNING"}
+    r = fray("stop", "--all", "--name", "sweep-*", "-y")  # the filter picks two of the three
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"{i}: STOPPED" for i in ids]
+    assert sorted(r.stdout.splitlines()) == [f"{ids['sweep-1']}: STOPPED", f"{ids['sweep-2']}: STOPPED"]
+    assert states() == {"other-0": "RUNNING", "sweep-1": "STOPPED", "sweep-2": "STOPPED"}
+    r = fray("stop", ids["sweep-1"], ids["other-0"])  # several ids, one of them already ended
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{ids['sweep-1']}: already ended STOPPED", f"{ids['other-0']}: STOPPED"]
     r = fray("stop", "--all", "-y")
     assert r.returncode == 0 and "no running or pending job matches" in r.stderr
 
