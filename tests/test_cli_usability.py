@@ -175,6 +175,17 @@ def test_failed_launch_wait_shows_the_output_and_escapes_the_message(fray: Fray)
     assert final and final[-1].endswith("last output: last words"), r.stdout
 
 
+def test_no_color_is_honoured(fray: Fray) -> None:
+    """``NO_COLOR`` (documented in docs/configuration.md): no colour on a terminal; bold and dim stay."""
+    from test_cli import _run_in_terminal
+
+    fray.env["NO_COLOR"] = "1"
+    code, out = _run_in_terminal(fray, "sim", "--preemptions", "1", "--seed", "3", "--steps", "2", "--step-time", "0.1")
+    assert code == 0 and "PREEMPTED" in out, out[-3000:]
+    colours = re.findall(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7]|4[0-8]|10[0-7])(?:;[0-9;]*)?m", out)
+    assert not colours, colours
+
+
 def test_version(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     out = capsys.readouterr().out
