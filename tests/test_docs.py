@@ -439,3 +439,41 @@ def test_index_names_every_dependency() -> None:
     assert names
     paragraph = _section((DOCS / "index.md").read_text(), "## 1. Install")
     assert not [n for n in names if f"`{n}`" not in paragraph], (names, paragraph)
+
+
+def _shape(line: str) -> str:
+    """A line of fray's output with what changes from run to run (ids, numbers, bar lengths) taken out."""
+    line = re.sub(r"\b[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}\b", "ID", line)
+    line = re.sub(r"\|[0-9=~x?>.P -]+\|", "|BAR|", line)
+    line = re.sub(r"\d+(\.\d+)?", "N", line)
+    return " ".join(line.split()) if line.strip() else ""
+
+
+def test_launch_wait_sample_output_is_what_prints(tmp_path: Path) -> None:
+    """docs/index.md's sample of ``fray launch --wait train:main steps=3`` has every kind of line the command
+    prints (launched, state, the job's lines, the attempt, the timeline and its legend, goodput, result) and
+    no other: it lacked the timeline, goodput and result lines once."""
+    blocks = _blocks("index.md")
+    _write_files(tmp_path, blocks)
+    command = "fray launch --wait train:main steps=3"
+    at = next(i for i, b in enumerate(blocks) if _is_shell(b) and shell_commands(b) == [command])
+    sample = next(b for b in blocks[at + 1 :] if b.lang == "text").code
+    r = subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", *command.split()[1:]],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def shapes(text: str) -> set[str]:
+        lines = {_shape(x) for x in text.splitlines()} - {""}
+        axis = {x for x in lines if re.fullmatch(r"(Ns ?)+", x.replace("N.Ns", "Ns"))}
+        return (lines - axis) | ({"AXIS"} if axis else set())
+
+    progress = re.compile(r"^\[fray\] ID: (RUNNING|PENDING) \|")  # one line per change: how many is timing
+    want, got = shapes(sample), shapes(r.stdout)
+    assert {x for x in want if not progress.match(x)} == {x for x in got if not progress.match(x)}, (want, got)
+    assert any(progress.match(x) for x in want) and any(progress.match(x) for x in got)
