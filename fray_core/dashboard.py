@@ -255,10 +255,10 @@ pre.request { background: #fff; padding: 10px; overflow: auto; }
 
 _JS = r"""
 "use strict";
-const COLORS = {waiting: "#c9ced8", running: "#4f8cf0", SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
+const COLORS = {waiting: "#c9ced8", holding: "#a9c4f0", running: "#4f8cf0", SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
   FAILED: "#d84a4a", CANCELLED: "#9aa1ad", UNSCHEDULABLE: "#a368d6", RESIZED: "#5fc0c0",
   STALLED: "#8a5a2b"};
-const LABELS = {waiting: "waiting for slices", running: "holding slices, running", SUCCEEDED: "succeeded",
+const LABELS = {waiting: "waiting for slices", holding: "holding slices, hosts starting", running: "running", SUCCEEDED: "succeeded",
   PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped", UNSCHEDULABLE: "unschedulable",
   RESIZED: "resized", STALLED: "stalled (no heartbeat)"};
 const body = document.body, main = document.getElementById("main");
@@ -350,18 +350,32 @@ function timeline(j) {
     }
     prevEnd = a.ended_at || prevEnd;
   }
+  const phase = (cls, from, to, fill, y, what) => {  // one phase of an attempt on one slice's row
+    const r = el("svg:rect", {x: x(from), y: y, width: Math.max(x(to) - x(from), 1), height: H - 8, rx: 3,
+      fill: COLORS[fill], class: cls, "data-attempt": what.index});
+    r.append(el("svg:title", {}, `attempt ${what.index} ${LABELS[fill]}: ${dur(to - from)}`));
+    svg.append(r); seen.add(fill);
+  };
   for (const a of atts) {
     const kind = a.outcome || (a.slices.length ? "running" : "waiting");
     const fill = a.slices.length ? kind : "waiting"; seen.add(fill);
-    const end = a.ended_at || (ended ? j.finished_at : now), x0 = x(a.started_at || t0), x1 = Math.max(x(end), x0 + 2);
+    const end = a.ended_at || (ended ? j.finished_at : now);
+    // recorded since the attempt began to wait (started_at): the wait for its slices (to acquired_at), holding
+    // them while its hosts start (to hosts_started_at), then running; older records have only started_at
+    const held = a.slices.length && a.acquired_at ? a.acquired_at : null;
+    const run = held ? (a.hosts_started_at || end) : (a.started_at || t0);
+    const x0 = x(run), x1 = Math.max(x(end), x0 + 2);
     for (const s of (a.slices.length ? a.slices : ["(waiting)"])) {
       const y = top + rows.indexOf(s) * H + 3;
+      if (held && a.started_at && held > a.started_at) phase("wait", a.started_at, held, "waiting", y, a);
+      if (held && run > held) phase("hold", held, run, "holding", y, a);
       const bar = el("svg:rect", {x: x0, y: y, width: x1 - x0, height: H - 8, rx: 3, fill: COLORS[fill] || "#888",
         class: "bar", "data-attempt": a.index, "data-outcome": kind});
       bar.append(el("svg:title", {},
-        `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - (a.started_at || t0))}` +
+        `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - run)}` +
         (a.cause ? "\n" + a.cause : "")));
-      svg.append(bar, el("svg:text", {x: x0 + 4, y: y + 14, "font-size": 11, fill: "#fff"}, String(a.index)));
+      const label = held ? x(held) : x0;
+      svg.append(bar, el("svg:text", {x: label + 4, y: y + 14, "font-size": 11, fill: "#fff"}, String(a.index)));
       if (a.outcome === "PREEMPTED" && (a.cause || "").includes("(" + s + ")"))
         svg.append(el("svg:path", {d: `M${x1 - 6},${y - 3} l6,8 l6,-8 z`, fill: "#b35c00"}));
     }

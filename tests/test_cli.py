@@ -420,7 +420,7 @@ JOB_FIELDS = {
     "last_step",
     "last_heartbeat_at",
 }
-ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
+ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause", "acquired_at", "hosts_started_at"}
 
 
 @pytest.fixture(scope="module")

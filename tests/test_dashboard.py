@@ -82,7 +82,22 @@ def _plant(store: JobStore) -> dict[str, str]:
         ),
         owner=owner_info(),
     )  # this process owns it: alive
-    return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1"}
+    phases = Attempt(0, ["v4-16-0"], now - 40, now - 20, AttemptOutcome.FAILED, "boom")
+    phases.acquired_at, phases.hosts_started_at = now - 34, now - 30  # waited 6 s, hosts started in 4 s, ran 10 s
+    store.write(
+        JobInfo(
+            job_id="phases-1",
+            name="phases",
+            status=JobStatus.FAILED,
+            error="boom",
+            submitted_at=now - 40,
+            finished_at=now - 20,
+            failures=1,
+            attempts=[phases],
+        ),
+        owner=owner_info(),
+    )
+    return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1", "phases": "phases-1"}
 
 
 class Dashboard:
@@ -135,7 +150,7 @@ def test_api_has_the_json_fields_of_the_cli(dash: Dashboard) -> None:
     from fray_core.cli.output import JOB_FIELDS
 
     status, jobs = dash.get("/api/jobs")
-    assert status == 200 and {j["job_id"] for j in jobs} >= {"sim-1", "hostile-1", "waiting-1"}
+    assert status == 200 and {j["job_id"] for j in jobs} >= {"sim-1", "hostile-1", "waiting-1", "phases-1"}
     assert all(set(j) == set(JOB_FIELDS) for j in jobs)
     status, one = dash.get("/api/jobs/sim-1")
     assert status == 200 and one["attempts"][0]["outcome"] == "PREEMPTED" and one["goodput"]["productive_s"] == 5.0
@@ -230,7 +245,7 @@ def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser
     _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"sim-1"}, "the name filter")
     browser.find_element("id", "f-name").send_keys("\b\b\b")  # typed away, as a user would (clear() fires no input)
     browser.execute_script("const s = document.getElementById('f-status'); s.value = 'FAILED'; s.onchange()")
-    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"hostile-1"}, "the status filter")
+    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"hostile-1", "phases-1"}, "the status filter")
 
 
 _BARS = (
@@ -261,6 +276,25 @@ def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> N
     assert "v4-16-0" in labels and "v4-16-1" in labels
     assert "[a1 s1/h1]" in logs and "step 9" in logs and "done \x1b[2J" in logs
     assert '"entrypoint": "train:main"' in request
+
+
+_PHASES = (
+    "return [...document.querySelectorAll('svg#timeline rect')].filter(r => r.dataset.attempt === '0')"
+    ".map(r => [r.getAttribute('class'), +r.getAttribute('x'), +r.getAttribute('width')])"
+)
+
+
+def test_browser_timeline_draws_waiting_holding_and_running(dash: Dashboard, browser: Any) -> None:
+    """One attempt in its three phases, each as long as it lasted: waiting for its slices, holding them while
+    its hosts start, running (drawn in its outcome's colour)."""
+    browser.get(dash.url + "job/phases-1")
+    rects = _wait(browser, lambda d: len(d.execute_script(_PHASES)) == 3 and d.execute_script(_PHASES), "3 phases")
+    (wait_x, wait_w), (hold_x, hold_w), (run_x, run_w) = [(x, w) for _, x, w in sorted(rects, key=lambda r: r[1])]
+    assert [c for c, _, _ in sorted(rects, key=lambda r: r[1])] == ["wait", "hold", "bar"]
+    assert abs(wait_x + wait_w - hold_x) < 1 and abs(hold_x + hold_w - run_x) < 1  # one after the other
+    assert abs(wait_w / run_w - 0.6) < 0.05 and abs(hold_w / run_w - 0.4) < 0.05, rects
+    legend = browser.find_element("css selector", ".legend").text
+    assert "waiting for slices" in legend and "holding slices, hosts starting" in legend and "failed" in legend
 
 
 def test_browser_live_refresh_shows_a_state_change(dash: Dashboard, browser: Any) -> None:

@@ -360,7 +360,7 @@ JOB_FIELDS = (
     "last_step",
     "last_heartbeat_at",
 )
-ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
+ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause", "acquired_at", "hosts_started_at")
 
 
 def job_json(info: JobInfo) -> dict[str, Any]:
@@ -389,6 +389,8 @@ def job_json(info: JobInfo) -> dict[str, Any]:
                 "started_at": a.started_at,
                 "ended_at": a.ended_at,
                 "cause": a.cause,
+                "acquired_at": a.acquired_at,
+                "hosts_started_at": a.hosts_started_at,
             }
             for a in info.attempts
         ],
