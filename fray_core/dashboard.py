@@ -259,7 +259,8 @@ const COLORS = {waiting: "#c9ced8", holding: "#a9c4f0", running: "#4f8cf0", SUCC
   FAILED: "#d84a4a", CANCELLED: "#9aa1ad", UNSCHEDULABLE: "#a368d6", RESIZED: "#5fc0c0",
   STALLED: "#8a5a2b"};
 const LABELS = {waiting: "waiting for slices", holding: "holding slices, hosts starting", running: "running",
-  SUCCEEDED: "succeeded", PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped", UNSCHEDULABLE: "unschedulable",
+  SUCCEEDED: "succeeded", PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped",
+  UNSCHEDULABLE: "unschedulable",
   RESIZED: "resized", STALLED: "stalled (no heartbeat)"};
 const body = document.body, main = document.getElementById("main");
 const REFRESH = parseInt(body.dataset.refresh, 10) || 2000;
