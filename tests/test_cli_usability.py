@@ -186,6 +186,24 @@ def test_no_color_is_honoured(fray: Fray) -> None:
     assert not colours, colours
 
 
+def test_every_help_fits_80_columns(
+    jobs: JobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray COMMAND --help`` on an 80-column terminal: descriptions and epilogs wrap (a 360-character
+    description line was cut mid-word by the terminal), examples keep their lines."""
+    from fray_core.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    commands = ["", *build_parser().parse_args(["list"])._subparsers]
+    for command in commands:
+        assert main([*command.split(), "--help"]) == 0
+        out = capsys.readouterr().out
+        long = [line for line in out.splitlines() if len(line) > 80]
+        assert not long, f"fray {command} --help: {long}"
+    main(["logs", "--help"])
+    assert "\n  fray logs ID --tail 50\n" in capsys.readouterr().out  # an example stays one line
+
+
 def test_version(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     out = capsys.readouterr().out
