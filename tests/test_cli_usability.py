@@ -433,6 +433,51 @@ def test_stop_several_and_all_with_filters(fray: Fray) -> None:
     assert r.returncode == 0 and "no running or pending job matches" in r.stderr
 
 
+def _answer_in_terminal(fray: Fray, answer: str, *argv: str) -> tuple[int, str]:
+    """``fray ARGV`` on a pseudo-terminal (stdin too), typing ``answer`` once it asks; (exit code, output)."""
+    import pty
+    import select
+
+    from test_cli import FRAY
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*FRAY, *argv], cwd=fray.workdir, env=fray.env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if select.select([master], [], [], 1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the command ended
+                    break
+                if not chunk:
+                    break
+                out += chunk
+                if out.rstrip().endswith(b"[y/N]") and answer:
+                    os.write(master, answer.encode() + b"\n")
+                    answer = ""
+        return proc.wait(60), out.decode(errors="replace").replace("\r", "")
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_all_asks_on_a_terminal(fray: Fray) -> None:
+    """``stop --all`` / ``rm --all`` without ``-y`` name the jobs and ask; only a yes acts."""
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "live-1", JobStatus.RUNNING)  # its owner is this process: alive
+    _ran(store, "done-1", JobStatus.SUCCEEDED, finished_at=time.time())
+    code, out = _answer_in_terminal(fray, "n", "stop", "--all")
+    assert code == 0 and "stop 1 job(s): live-1? [y/N]" in out and "nothing stopped" in out, out
+    assert fray.status("live-1")["status"] == "RUNNING"
+    code, out = _answer_in_terminal(fray, "y", "rm", "--all")
+    assert code == 0 and "remove 1 job(s): done-1? [y/N]" in out and "removed done-1" in out, out
+    assert not store.exists("done-1") and store.exists("live-1")
+
+
 def test_stop_a_frozen_supervisor_times_out_with_exit_4(fray: Fray) -> None:
     import signal
 
