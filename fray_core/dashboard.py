@@ -255,10 +255,12 @@ pre.request { background: #fff; padding: 10px; overflow: auto; }
 
 _JS = r"""
 "use strict";
-const COLORS = {waiting: "#c9ced8", holding: "#a9c4f0", running: "#4f8cf0", SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
+const COLORS = {between: "#e3e6ec", waiting: "#c9ced8", holding: "#a9c4f0", running: "#4f8cf0",
+  SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
   FAILED: "#d84a4a", CANCELLED: "#9aa1ad", UNSCHEDULABLE: "#a368d6", RESIZED: "#5fc0c0",
   STALLED: "#8a5a2b"};
-const LABELS = {waiting: "waiting for slices", holding: "holding slices, hosts starting", running: "running",
+const LABELS = {between: "before the attempt (launch, retry backoff)", waiting: "waiting for slices",
+  holding: "holding slices, hosts starting", running: "running",
   SUCCEEDED: "succeeded", PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped",
   UNSCHEDULABLE: "unschedulable",
   RESIZED: "resized", STALLED: "stalled (no heartbeat)"};
@@ -340,12 +342,15 @@ function timeline(j) {
   let prevEnd = j.submitted_at;
   for (const a of atts) {  // the wait before an attempt got its slices (queued, backing off), on its slices' rows
     if (a.slices.length && a.started_at && prevEnd && a.started_at - prevEnd > (t1 - t0) / 200) {
-      seen.add("waiting");
+      // a record with acquired_at began the attempt when it began to wait for slices: the gap before it is
+      // the launch or the retry backoff; in older records the attempt began with its slices
+      const key = a.acquired_at ? "between" : "waiting";
+      seen.add(key);
       for (const s of a.slices) {
         const w = el("svg:rect", {x: x(prevEnd), y: top + rows.indexOf(s) * H + 8,
                                   width: Math.max(x(a.started_at) - x(prevEnd), 1),
-          height: H - 18, rx: 2, fill: COLORS.waiting, class: "wait", "data-attempt": a.index});
-        w.append(el("svg:title", {}, `attempt ${a.index} waiting for slices: ${dur(a.started_at - prevEnd)}`));
+          height: H - 18, rx: 2, fill: COLORS[key], class: "wait", "data-attempt": a.index});
+        w.append(el("svg:title", {}, `attempt ${a.index} ${LABELS[key]}: ${dur(a.started_at - prevEnd)}`));
         svg.append(w);
       }
     }
@@ -368,8 +373,9 @@ function timeline(j) {
     const x0 = x(run), x1 = Math.max(x(end), x0 + 2);
     for (const s of (a.slices.length ? a.slices : ["(waiting)"])) {
       const y = top + rows.indexOf(s) * H + 3;
-      if (held && a.started_at && held > a.started_at) phase("wait", a.started_at, held, "waiting", y, a);
-      if (held && run > held) phase("hold", held, run, "holding", y, a);
+      const visible = (t1 - t0) / 200;  // a phase shorter than that is not drawn, nor put in the legend
+      if (held && a.started_at && held - a.started_at > visible) phase("wait", a.started_at, held, "waiting", y, a);
+      if (held && run - held > visible) phase("hold", held, run, "holding", y, a);
       const bar = el("svg:rect", {x: x0, y: y, width: x1 - x0, height: H - 8, rx: 3, fill: COLORS[fill] || "#888",
         class: "bar", "data-attempt": a.index, "data-outcome": kind});
       bar.append(el("svg:title", {},
