@@ -149,6 +149,20 @@ def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: p
     assert re.search(r"^goodput +- \(stopped before it finished: ran 8.0s, pending 2.0s\)$", out, re.MULTILINE), out
 
 
+def test_timeline_shows_the_wait_for_slices_inside_an_attempt() -> None:
+    """An attempt is recorded from when it began to wait for its slices: ``fray status``'s timeline draws that
+    wait as ``.`` (it was drawn as the attempt's outcome, as if the job had run while it waited)."""
+    from fray_core.cli.output import timeline
+
+    attempt = Attempt(0, ["v4-16-0"], 100.0, 110.0, AttemptOutcome.SUCCEEDED)
+    attempt.acquired_at = 104.0
+    info = JobInfo(job_id="j", name="j", status=JobStatus.SUCCEEDED, submitted_at=100.0, finished_at=110.0)
+    info.attempts = [attempt]
+    row, _, legend = timeline(info, width=11)
+    assert row == "v4-16-0 |0...=======|", row
+    assert ". waiting for slices" in legend and "= succeeded" in legend
+
+
 def test_failure_message_carries_the_last_output() -> None:
     cause = "failed on replica 0: CommandFailed: exit code 3 on local host 0; last output:\nstep 1\nout of memory\n"
     info = JobInfo(

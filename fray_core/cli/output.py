@@ -276,10 +276,14 @@ def timeline(info: JobInfo, width: int = 60, now: float | None = None) -> list[s
             fill = _FILL.get(a.outcome.value, "?") if a.slices or a.outcome.value != "CANCELLED" else "."
         used.add(fill)
         c0, c1 = col(a.started_at or t0), col(end)
+        # the attempt began when it began to wait for its slices: that wait is drawn as waiting
+        ca = min(col(a.acquired_at), c1) if a.slices and a.acquired_at else c0
+        if ca > c0:
+            used.add(".")
         for name in names:
             row = rows.setdefault(name, [" "] * width)
             for c in range(c0, c1 + 1):
-                row[c] = fill
+                row[c] = "." if c < ca else fill
             marks.append((name, c0, str(a.index % 10)))
         if a.outcome is not None and a.outcome.value == "PREEMPTED":
             hit = [n for n in a.slices if f"({n})" in (a.cause or "")] or names
