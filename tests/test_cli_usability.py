@@ -247,6 +247,18 @@ def test_launch_gpu_env_pip(jobs: JobStore) -> None:
     assert build_request(_launch_args("--gpu", "H100", "jobs_mod:add", "1"), True).resources.device.count == 1
 
 
+def test_launch_pip_on_the_local_backend_warns_when_missing(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pip PKG``: the Ray backend installs it; the local backend does not, and says so for one that is not
+    installed here (one ``fray: warning:`` line; the job is launched)."""
+    assert main(["launch", "--pip", "attrs>=1", "--pip", "no-such-pkg-fray-33", "jobs_mod:add", "1", "2"]) == 0
+    captured = capsys.readouterr()
+    job_id = captured.out.strip()
+    warnings = [line for line in captured.err.splitlines() if line.startswith("fray: warning:")]
+    assert len(warnings) == 1 and "'no-such-pkg-fray-33' not installed" in warnings[0], captured.err
+    assert "the local backend does not install packages" in warnings[0]
+    assert LocalCluster(jobs_dir=jobs.root).wait(job_id, timeout=60).result == [3]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
