@@ -374,6 +374,10 @@ def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
     assert all(len(line) <= 80 for line in text.splitlines()), text
     code, out = _run_in_terminal(fray, "list", "--wide", columns=80)
     assert code == 0 and "GOODPUT" in out and "SUBMITTED" in out, out
+    code, out = _run_in_terminal(fray, "list", "-o", "wide", columns=80)  # kubectl's spelling
+    assert code == 0 and "GOODPUT" in out and "KIND" in out, out
+    r = fray("list", "-o", "json")
+    assert r.returncode == 2 and "argument --wide/-o: expected wide, got 'json'" in r.stderr, r.stderr
 
 
 def _watch(fray: Fray, *argv: str) -> subprocess.Popen[str]:
