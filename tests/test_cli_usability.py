@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -617,6 +618,23 @@ def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str
     assert "!!  records" in out and "fix: fray rm stray" in out
     assert main(["rm", "stray"]) == 0 and not (Path(jobs.root) / "stray").exists()
     assert main(["doctor"]) == 0
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completion_in_a_bare_zsh(jobs: JobStore, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``fray completion zsh`` sourced by a zsh without compinit loaded (``zsh -f``, a fresh ~/.zshrc):
+    it registered nothing (``compdef: command not found``). Skipped without zsh (CI does not install it)."""
+    assert main(["completion", "zsh"]) == 0
+    (tmp_path / "c.zsh").write_text(capsys.readouterr().out)
+    script = (
+        f"source {tmp_path / 'c.zsh'} || exit 3; print -r -- ${{_comps[fray]}}; "
+        "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; compgen -F _fray -- --ta"
+    )
+    r = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and not r.stderr, r.stdout + r.stderr
+    registered, *completions = r.stdout.splitlines()
+    # bashcompinit's compgen leaves matching the word to zsh: the candidates are fray logs' options
+    assert "_fray" in registered and "--tail" in completions and "--json" not in completions, r.stdout
 
 
 def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:

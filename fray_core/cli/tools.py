@@ -77,7 +77,11 @@ _fray() {{
 complete -F _fray fray
 """
     if shell == "zsh":
-        return "# zsh: bash-style completion through bashcompinit\nautoload -U +X bashcompinit && bashcompinit\n" + bash
+        return (
+            "# zsh: bash-style completion through bashcompinit, which needs compinit (a bare ~/.zshrc lacks it)\n"
+            "(( $+functions[compdef] )) || { autoload -U +X compinit && compinit -i; }\n"
+            "autoload -U +X bashcompinit && bashcompinit\n" + bash
+        )
     return bash
 
 
