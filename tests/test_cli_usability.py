@@ -310,6 +310,27 @@ def test_logs_tail_host_attempt(jobs: JobStore, capsys: pytest.CaptureFixture[st
     assert "argument --host: expected SLICE/HOST" in capsys.readouterr().err
 
 
+def test_logs_follow_from_the_tail(fray: Fray) -> None:
+    """``fray logs ID -f --tail 2 --host r1``: the last two lines of that host, then its new ones as they come,
+    until the job ends (exit code: the job's)."""
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "follow-1", JobStatus.RUNNING)  # its owner is this process: alive
+    with open(store.log_path("follow-1"), "w") as f:
+        f.write("".join(f"[a0 r{i % 2}] old {i}\n" for i in range(10)))
+    proc = _watch(fray, "logs", "follow-1", "-f", "--tail", "2", "--host", "r1")
+    try:
+        seen = _read_until(proc, "old 9\n")
+        assert seen == "[a0 r1] old 7\n[a0 r1] old 9\n", seen
+        with open(store.log_path("follow-1"), "a") as f:
+            f.write("[a0 r0] new 0\n[a0 r1] new 1\n")
+        assert _read_until(proc, "new 1\n") == "[a0 r1] new 1\n"
+        _ran(store, "follow-1", JobStatus.FAILED, error="x", finished_at=time.time())
+        assert proc.wait(60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) -> None:
     """A 100 MB log (one 'line' of it 20 MB with no newline, as progress bars write): ``--tail`` reads a few
     blocks from the end, a filter scans the whole log in ~1 MiB pieces. Loading it whole costs 300+ MiB."""
