@@ -188,6 +188,11 @@ def test_failed_launch_wait_shows_the_output_and_escapes_the_message(fray: Fray)
     assert r.returncode == 1
     final = [line for line in r.stdout.splitlines() if "FAILED |" in line]
     assert final and final[-1].endswith("last output: last words"), r.stdout
+    # the record's own error (--json, the dashboard, JobInfo.error in Python) says it too, not only the CLI
+    from test_cli import launched_id
+
+    error = fray.status(launched_id(r.stdout))["error"]
+    assert error.startswith("failed 1 time(s)") and error.endswith("; last output: last words"), error
 
 
 def test_no_color_is_honoured(fray: Fray) -> None:
