@@ -253,6 +253,16 @@ def test_launch_gpu_env_pip(jobs: JobStore) -> None:
     assert build_request(_launch_args("--gpu", "H100", "jobs_mod:add", "1"), True).resources.device.count == 1
 
 
+def test_launch_gpu_beyond_this_machine_is_one_line_exit_2(
+    jobs: JobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # this machine, as the local backend sees it: 2 GPUs
+    assert main(["launch", "--gpu", "A100:3", "jobs_mod:add", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need 3 GPU(s); this machine has 2" in err, err
+    assert not os.listdir(jobs.root) if os.path.isdir(jobs.root) else True  # nothing launched
+
+
 def test_launch_pip_on_the_local_backend_warns_when_missing(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
     """``--pip PKG``: the Ray backend installs it; the local backend does not, and says so for one that is not
     installed here (one ``fray: warning:`` line; the job is launched)."""
