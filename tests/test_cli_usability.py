@@ -260,7 +260,7 @@ def test_launch_gpu_beyond_this_machine_is_one_line_exit_2(
     assert main(["launch", "--gpu", "A100:3", "jobs_mod:add", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "need 3 GPU(s); this machine has 2" in err, err
-    assert not os.listdir(jobs.root) if os.path.isdir(jobs.root) else True  # nothing launched
+    assert not os.path.isdir(jobs.root) or not os.listdir(jobs.root)  # nothing launched
 
 
 def test_launch_pip_on_the_local_backend_warns_when_missing(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
