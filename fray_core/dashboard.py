@@ -142,6 +142,15 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
         return web.Response(text=_CSS, content_type="text/css")
 
     async def api_jobs(request: web.Request) -> web.Response:
+        from fray_core.status import JobStatus
+
+        allowed = [s.value for s in JobStatus]
+        asked = [w.strip().upper() for w in request.query.get("status", "").split(",") if w.strip()]
+        bad = [w for w in asked if w not in allowed]
+        if bad:  # a typo would otherwise look like "no such jobs"
+            return web.json_response(
+                {"error": f"status: unknown {bad[0]!r}; expected {', '.join(allowed)} (comma-separated)"}, status=400
+            )
         infos = await blocking(cluster.list_jobs)
         infos = _filter(infos, request.query.get("status"), request.query.get("name"))
         return web.json_response([job_json(i) for i in infos], headers={"X-Fray-Now": repr(time.time())})

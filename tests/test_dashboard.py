@@ -156,6 +156,8 @@ def test_api_has_the_json_fields_of_the_cli(dash: Dashboard) -> None:
     assert status == 200 and one["attempts"][0]["outcome"] == "PREEMPTED" and one["goodput"]["productive_s"] == 5.0
     assert [j["job_id"] for j in dash.get("/api/jobs?status=pending")[1]] == ["waiting-1"]
     assert [j["job_id"] for j in dash.get("/api/jobs?name=si*")[1]] == ["sim-1"]
+    status, body = dash.get("/api/jobs?status=runing")  # a typo is said, not an empty list
+    assert status == 400 and "status: unknown 'RUNING'; expected PENDING, RUNNING" in body, body
     status, logs = dash.get("/api/jobs/sim-1/logs")
     assert logs["hosts"] == {"[a0 s0/h0]": ["step 0"], "[a1 s0/h0]": ["step 9"], "[a1 s1/h1]": ["done \x1b[2J"]}
     assert dash.get("/api/jobs/nope")[0] == 404
