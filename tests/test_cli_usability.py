@@ -220,6 +220,9 @@ def test_every_help_fits_80_columns(
         out = capsys.readouterr().out
         long = [line for line in out.splitlines() if len(line) > 80]
         assert not long, f"fray {command} --help: {long}"
+        examples = out.partition("examples:\n")[2].partition("\n\n")[0].splitlines()
+        for line, after in zip(examples, examples[1:]):  # a wrapped example could not be copied
+            assert line.endswith("\\") or not after.startswith("    "), f"fray {command} --help: {line} / {after}"
     main(["logs", "--help"])
     assert "\n  fray logs ID --tail 50\n" in capsys.readouterr().out  # an example stays one line
 

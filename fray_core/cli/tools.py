@@ -229,7 +229,7 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
         help="print a shell completion script",
         description="Print a completion script for bash or zsh, generated from fray's parser.",
         epilog="examples:\n  source <(fray completion bash)          # in ~/.bashrc\n"
-        "  fray completion zsh > ~/.zfunc/_fray.sh && echo 'source ~/.zfunc/_fray.sh' >> ~/.zshrc",
+        "  fray completion zsh > ~/.fray.zsh       # source it from ~/.zshrc",
         formatter_class=fmt,
     )
     p.add_argument("shell", choices=["bash", "zsh"])
