@@ -470,6 +470,17 @@ def test_list_and_status_watch_show_a_state_change(fray: Fray) -> None:
                 p.kill()
 
 
+def test_status_watch_of_an_ended_job_on_a_terminal(fray: Fray) -> None:
+    """``fray status ID -w`` on a terminal, for a job that has ended: the status once, then the job's exit code;
+    the last frame does not say to press Ctrl-C (it said so after the command had already returned)."""
+    from test_cli import _run_in_terminal
+
+    _ran(JobStore(str(fray.jobs_dir)), "ended-1", JobStatus.STOPPED, finished_at=time.time())
+    code, out = _run_in_terminal(fray, "status", "ended-1", "-w", columns=80)
+    assert code == 3 and "STOPPED" in out, out
+    assert "Ctrl-C" not in out, out
+
+
 # ------------------------------------------------------------------------------------ housekeeping
 
 
