@@ -670,6 +670,16 @@ def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str
     assert main(["doctor"]) == 0
 
 
+def test_doctor_checks_a_remote_store_is_writable(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """A jobs dir given as an fsspec URL (``gs://...``; ``memory://`` here) is written to, not only listed."""
+    import fsspec
+
+    assert main(["doctor", "--cluster", "local?jobs_dir=memory://fray-doctor/jobs"]) == 0
+    out = capsys.readouterr().out
+    assert "memory://fray-doctor/jobs: writable" in out, out
+    assert not [p for p in fsspec.filesystem("memory").find("/fray-doctor") if "doctor" in p.rsplit("/", 1)[-1]]
+
+
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_completion_in_a_bare_zsh(jobs: JobStore, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """``fray completion zsh`` sourced by a zsh without compinit loaded (``zsh -f``, a fresh ~/.zshrc):

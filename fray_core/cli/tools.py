@@ -175,8 +175,21 @@ def _check_store(store: Any, line: Any) -> None:
             line(True, "jobs dir", f"{root}: writable")
         except OSError as e:
             line(False, "jobs dir", f"{root}: not writable: {e.strerror or e}", "set FRAY_JOBS_DIR to a dir of yours")
-    else:
-        line(True, "jobs dir", f"{root} (remote)")
+    else:  # an fsspec URL (gs://...): write and remove a probe object, as a job's record would be written
+        import uuid
+
+        probe = f"{store._root_path.rstrip('/')}/.fray-doctor-{uuid.uuid4().hex[:12]}"
+        try:
+            store.fs.pipe_file(probe, b"")
+            store.fs.rm_file(probe)
+            line(True, "jobs dir", f"{root}: writable")
+        except Exception as e:  # noqa: BLE001 -- fsspec backends raise their own errors: reported, not raised
+            line(
+                False,
+                "jobs dir",
+                f"{root}: not writable: {type(e).__name__}: {e}",
+                "check the URL and your credentials for it, or set FRAY_JOBS_DIR to a directory",
+            )
     try:
         scanned = store.scan()
     except OSError as e:
