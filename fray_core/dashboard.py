@@ -48,7 +48,9 @@ def _filter(infos: list[Any], status: str | None, name: str | None) -> list[Any]
 
 
 def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[str, list[str]]:
-    """The last ``per_host`` lines of each host (by tag, ``[a0 s1/h0]``), read from the end of the log."""
+    """The last ``per_host`` lines of each host of each attempt (by tag, ``[a0 s1/h0]``), the latest attempt
+    first, read from the end of the log (its last ``64 * per_host`` lines: a host quiet for that long is not
+    shown)."""
     from fray_core.records import JobStore, stream_log
 
     store = getattr(cluster, "store", None)
@@ -61,7 +63,13 @@ def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[s
         kept.append(line[len(tag) :].lstrip() if m else line)
         if len(kept) > per_host:
             del kept[0]
-    return hosts
+    # the latest attempt's hosts first (a page of 8 attempts opened on attempt 0), then by slice and host
+    return dict(sorted(hosts.items(), key=lambda kv: _tag_order(kv[0])))
+
+
+def _tag_order(tag: str) -> tuple[int, list[int]]:
+    numbers = [int(n) for n in re.findall(r"\d+", tag)]
+    return (-numbers[0], numbers[1:]) if numbers else (1, [])  # "[fray]" lines last
 
 
 def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:

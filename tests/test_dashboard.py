@@ -160,6 +160,7 @@ def test_api_has_the_json_fields_of_the_cli(dash: Dashboard) -> None:
     assert status == 400 and "status: unknown 'RUNING'; expected PENDING, RUNNING" in body, body
     status, logs = dash.get("/api/jobs/sim-1/logs")
     assert logs["hosts"] == {"[a0 s0/h0]": ["step 0"], "[a1 s0/h0]": ["step 9"], "[a1 s1/h1]": ["done \x1b[2J"]}
+    assert list(logs["hosts"]) == ["[a1 s0/h0]", "[a1 s1/h1]", "[a0 s0/h0]"]  # the latest attempt's hosts first
     assert dash.get("/api/jobs/nope")[0] == 404
     fleet = dash.get("/api/fleet")[1]
     assert [s["name"] for s in fleet["slices"]] == ["v4-16-0", "v4-16-1"] and fleet["capacity"] == {"v4-16": 2}
