@@ -48,7 +48,9 @@ def _filter(infos: list[Any], status: str | None, name: str | None) -> list[Any]
 
 
 def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[str, list[str]]:
-    """The last ``per_host`` lines of each host (by tag, ``[a0 s1/h0]``), read from the end of the log."""
+    """The last ``per_host`` lines of each host of each attempt (by tag, ``[a0 s1/h0]``), the latest attempt
+    first, read from the end of the log (its last ``64 * per_host`` lines: a host quiet for that long is not
+    shown)."""
     from fray_core.records import JobStore, stream_log
 
     store = getattr(cluster, "store", None)
@@ -61,7 +63,13 @@ def log_tails(cluster: Cluster, job_id: str, per_host: int = LOG_TAIL) -> dict[s
         kept.append(line[len(tag) :].lstrip() if m else line)
         if len(kept) > per_host:
             del kept[0]
-    return hosts
+    # the latest attempt's hosts first (a page of 8 attempts opened on attempt 0), then by slice and host
+    return dict(sorted(hosts.items(), key=lambda kv: _tag_order(kv[0])))
+
+
+def _tag_order(tag: str) -> tuple[int, list[int]]:
+    numbers = [int(n) for n in re.findall(r"\d+", tag)]
+    return (-numbers[0], numbers[1:]) if numbers else (1, [])  # "[fray]" lines last
 
 
 def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
@@ -81,13 +89,17 @@ def fleet_json(cluster: Cluster, infos: list[Any]) -> dict[str, Any] | None:
     slices = []
     for sl in fleet.slices():
         quarantined = sl.quarantined_until is not None
+        holder = sl.holder or holders.get(sl.name)
+        # a fleet built from a spec here is this process's model: a job launched by another process holds its
+        # slice in that process's fleet, and only its record says so (free here, busy there)
+        state = "busy" if holder and sl.state == "free" else sl.state
         slices.append(
             {
                 "name": sl.name,
                 "type": sl.tpu_type,
                 "hosts": sl.hosts,
-                "state": sl.state,
-                "holder": sl.holder or holders.get(sl.name),
+                "state": state,
+                "holder": holder,
                 "preemptions": sl.preemptions,
                 "quarantined": quarantined,
                 "quarantine_note": sl.quarantine_note if quarantined else None,
@@ -138,6 +150,15 @@ def make_app(cluster: Cluster, allowed_hosts: set[str] | None = None, refresh: f
         return web.Response(text=_CSS, content_type="text/css")
 
     async def api_jobs(request: web.Request) -> web.Response:
+        from fray_core.status import JobStatus
+
+        allowed = [s.value for s in JobStatus]
+        asked = [w.strip().upper() for w in request.query.get("status", "").split(",") if w.strip()]
+        bad = [w for w in asked if w not in allowed]
+        if bad:  # a typo would otherwise look like "no such jobs"
+            return web.json_response(
+                {"error": f"status: unknown {bad[0]!r}; expected {', '.join(allowed)} (comma-separated)"}, status=400
+            )
         infos = await blocking(cluster.list_jobs)
         infos = _filter(infos, request.query.get("status"), request.query.get("name"))
         return web.json_response([job_json(i) for i in infos], headers={"X-Fray-Now": repr(time.time())})
@@ -251,11 +272,14 @@ pre.request { background: #fff; padding: 10px; overflow: auto; }
 
 _JS = r"""
 "use strict";
-const COLORS = {waiting: "#c9ced8", running: "#4f8cf0", SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
+const COLORS = {between: "#e3e6ec", waiting: "#c9ced8", holding: "#a9c4f0", running: "#4f8cf0",
+  SUCCEEDED: "#36a55a", PREEMPTED: "#f0a02a",
   FAILED: "#d84a4a", CANCELLED: "#9aa1ad", UNSCHEDULABLE: "#a368d6", RESIZED: "#5fc0c0",
   STALLED: "#8a5a2b"};
-const LABELS = {waiting: "waiting for slices", running: "holding slices, running", SUCCEEDED: "succeeded",
-  PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped", UNSCHEDULABLE: "unschedulable",
+const LABELS = {between: "before the attempt (launch, retry backoff)", waiting: "waiting for slices",
+  holding: "holding slices, hosts starting", running: "running",
+  SUCCEEDED: "succeeded", PREEMPTED: "preempted", FAILED: "failed", CANCELLED: "stopped",
+  UNSCHEDULABLE: "unschedulable",
   RESIZED: "resized", STALLED: "stalled (no heartbeat)"};
 const body = document.body, main = document.getElementById("main");
 const REFRESH = parseInt(body.dataset.refresh, 10) || 2000;
@@ -335,29 +359,47 @@ function timeline(j) {
   let prevEnd = j.submitted_at;
   for (const a of atts) {  // the wait before an attempt got its slices (queued, backing off), on its slices' rows
     if (a.slices.length && a.started_at && prevEnd && a.started_at - prevEnd > (t1 - t0) / 200) {
-      seen.add("waiting");
+      // a record with acquired_at began the attempt when it began to wait for slices: the gap before it is
+      // the launch or the retry backoff; in older records the attempt began with its slices
+      const key = a.acquired_at ? "between" : "waiting";
+      seen.add(key);
       for (const s of a.slices) {
         const w = el("svg:rect", {x: x(prevEnd), y: top + rows.indexOf(s) * H + 8,
                                   width: Math.max(x(a.started_at) - x(prevEnd), 1),
-          height: H - 18, rx: 2, fill: COLORS.waiting, class: "wait", "data-attempt": a.index});
-        w.append(el("svg:title", {}, `attempt ${a.index} waiting for slices: ${dur(a.started_at - prevEnd)}`));
+          height: H - 18, rx: 2, fill: COLORS[key], class: "wait", "data-attempt": a.index});
+        w.append(el("svg:title", {}, `attempt ${a.index} ${LABELS[key]}: ${dur(a.started_at - prevEnd)}`));
         svg.append(w);
       }
     }
     prevEnd = a.ended_at || prevEnd;
   }
+  const phase = (cls, from, to, fill, y, what) => {  // one phase of an attempt on one slice's row
+    const r = el("svg:rect", {x: x(from), y: y, width: Math.max(x(to) - x(from), 1), height: H - 8, rx: 3,
+      fill: COLORS[fill], class: cls, "data-attempt": what.index});
+    r.append(el("svg:title", {}, `attempt ${what.index} ${LABELS[fill]}: ${dur(to - from)}`));
+    svg.append(r); seen.add(fill);
+  };
   for (const a of atts) {
     const kind = a.outcome || (a.slices.length ? "running" : "waiting");
     const fill = a.slices.length ? kind : "waiting"; seen.add(fill);
-    const end = a.ended_at || (ended ? j.finished_at : now), x0 = x(a.started_at || t0), x1 = Math.max(x(end), x0 + 2);
+    const end = a.ended_at || (ended ? j.finished_at : now);
+    // recorded since the attempt began to wait (started_at): the wait for its slices (to acquired_at), holding
+    // them while its hosts start (to hosts_started_at), then running; older records have only started_at
+    const held = a.slices.length && a.acquired_at ? a.acquired_at : null;
+    const run = held ? (a.hosts_started_at || end) : (a.started_at || t0);
+    const x0 = x(run), x1 = Math.max(x(end), x0 + 2);
     for (const s of (a.slices.length ? a.slices : ["(waiting)"])) {
       const y = top + rows.indexOf(s) * H + 3;
+      const visible = (t1 - t0) / 200;  // a phase shorter than that is not drawn, nor put in the legend
+      if (held && a.started_at && held - a.started_at > visible) phase("wait", a.started_at, held, "waiting", y, a);
+      if (held && run - held > visible) phase("hold", held, run, "holding", y, a);
       const bar = el("svg:rect", {x: x0, y: y, width: x1 - x0, height: H - 8, rx: 3, fill: COLORS[fill] || "#888",
         class: "bar", "data-attempt": a.index, "data-outcome": kind});
       bar.append(el("svg:title", {},
-        `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - (a.started_at || t0))}` +
+        `attempt ${a.index} on ${s}: ${LABELS[kind] || kind}, ${dur(end - run)}` +
         (a.cause ? "\n" + a.cause : "")));
-      svg.append(bar, el("svg:text", {x: x0 + 4, y: y + 14, "font-size": 11, fill: "#fff"}, String(a.index)));
+      const label = held ? x(held) : x0;
+      svg.append(bar, el("svg:text", {x: label + 4, y: y + 14, "font-size": 11, fill: "#fff"}, String(a.index)));
       if (a.outcome === "PREEMPTED" && (a.cause || "").includes("(" + s + ")"))
         svg.append(el("svg:path", {d: `M${x1 - 6},${y - 3} l6,8 l6,-8 z`, fill: "#b35c00"}));
     }

@@ -793,6 +793,11 @@ def _describe(o: Outcome) -> str:
 
 
 def _first_line(text: str | None) -> str:
+    """The cause's first line; one that ends on ``last output:`` gets the output's last line (a job's error
+    read anywhere, ``--json`` and ``JobInfo.error`` too, says what the job said last)."""
     if not text:
         return "unknown"
-    return text.strip().splitlines()[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[-1]}"
+    return lines[0]

@@ -420,7 +420,7 @@ JOB_FIELDS = {
     "last_step",
     "last_heartbeat_at",
 }
-ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause"}
+ATTEMPT_FIELDS = {"index", "slices", "outcome", "started_at", "ended_at", "cause", "acquired_at", "hosts_started_at"}
 
 
 @pytest.fixture(scope="module")
@@ -569,8 +569,10 @@ def _run_in_terminal(fray: Fray, *args: str, timeout: float = 120, columns: int 
 
 
 def test_live_status_line_on_a_terminal(fray: Fray) -> None:
+    fray.env.pop("NO_COLOR", None)
     code, out = _run_in_terminal(fray, "sim", "--preemptions", "1", "--seed", "3", "--steps", "4", "--step-time", "0.2")
     assert code == 0, out[-3000:]
+    assert "\x1b[33m" in out and "\x1b[32m" in out  # attempts in colour: preempted yellow, succeeded green
     assert "\x1b[2K" in out  # the status line is erased and redrawn in place
     live = re.findall(r"\[fray\] \d+\.\ds \| (RUNNING|PENDING) \| preemptions (\d)/1, failures 0/0", out)
     assert ("RUNNING", "0") in live and ("RUNNING", "1") in live, out[-3000:]

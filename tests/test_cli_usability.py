@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -149,6 +150,20 @@ def test_stopped_job_is_not_an_error_with_zero_goodput(jobs: JobStore, capsys: p
     assert re.search(r"^goodput +- \(stopped before it finished: ran 8.0s, pending 2.0s\)$", out, re.MULTILINE), out
 
 
+def test_timeline_shows_the_wait_for_slices_inside_an_attempt() -> None:
+    """An attempt is recorded from when it began to wait for its slices: ``fray status``'s timeline draws that
+    wait as ``.`` (it was drawn as the attempt's outcome, as if the job had run while it waited)."""
+    from fray_core.cli.output import timeline
+
+    attempt = Attempt(0, ["v4-16-0"], 100.0, 110.0, AttemptOutcome.SUCCEEDED)
+    attempt.acquired_at = 104.0
+    info = JobInfo(job_id="j", name="j", status=JobStatus.SUCCEEDED, submitted_at=100.0, finished_at=110.0)
+    info.attempts = [attempt]
+    row, _, legend = timeline(info, width=11)
+    assert row == "v4-16-0 |0...=======|", row
+    assert ". waiting for slices" in legend and "= succeeded" in legend
+
+
 def test_failure_message_carries_the_last_output() -> None:
     cause = "failed on replica 0: CommandFailed: exit code 3 on local host 0; last output:\nstep 1\nout of memory\n"
     info = JobInfo(
@@ -173,6 +188,43 @@ def test_failed_launch_wait_shows_the_output_and_escapes_the_message(fray: Fray)
     assert r.returncode == 1
     final = [line for line in r.stdout.splitlines() if "FAILED |" in line]
     assert final and final[-1].endswith("last output: last words"), r.stdout
+    # the record's own error (--json, the dashboard, JobInfo.error in Python) says it too, not only the CLI
+    from test_cli import launched_id
+
+    error = fray.status(launched_id(r.stdout))["error"]
+    assert error.startswith("failed 1 time(s)") and error.endswith("; last output: last words"), error
+
+
+def test_no_color_is_honoured(fray: Fray) -> None:
+    """``NO_COLOR`` (documented in docs/configuration.md): no colour on a terminal; bold and dim stay."""
+    from test_cli import _run_in_terminal
+
+    fray.env["NO_COLOR"] = "1"
+    code, out = _run_in_terminal(fray, "sim", "--preemptions", "1", "--seed", "3", "--steps", "2", "--step-time", "0.1")
+    assert code == 0 and "PREEMPTED" in out, out[-3000:]
+    colours = re.findall(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7]|4[0-8]|10[0-7])(?:;[0-9;]*)?m", out)
+    assert not colours, colours
+
+
+def test_every_help_fits_80_columns(
+    jobs: JobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fray COMMAND --help`` on an 80-column terminal: descriptions and epilogs wrap (a 360-character
+    description line was cut mid-word by the terminal), examples keep their lines."""
+    from fray_core.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    commands = ["", *build_parser().parse_args(["list"])._subparsers]
+    for command in commands:
+        assert main([*command.split(), "--help"]) == 0
+        out = capsys.readouterr().out
+        long = [line for line in out.splitlines() if len(line) > 80]
+        assert not long, f"fray {command} --help: {long}"
+        examples = out.partition("examples:\n")[2].partition("\n\n")[0].splitlines()
+        for line, after in zip(examples, examples[1:]):  # a wrapped example could not be copied
+            assert line.endswith("\\") or not after.startswith("    "), f"fray {command} --help: {line} / {after}"
+    main(["logs", "--help"])
+    assert "\n  fray logs ID --tail 50\n" in capsys.readouterr().out  # an example stays one line
 
 
 def test_version(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,6 +254,28 @@ def test_launch_gpu_env_pip(jobs: JobStore) -> None:
     assert req.environment is not None and dict(req.environment.env_vars) == {"A": "1"}
     assert list(req.environment.pip_packages) == ["optax>=0.1"]
     assert build_request(_launch_args("--gpu", "H100", "jobs_mod:add", "1"), True).resources.device.count == 1
+
+
+def test_launch_gpu_beyond_this_machine_is_one_line_exit_2(
+    jobs: JobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # this machine, as the local backend sees it: 2 GPUs
+    assert main(["launch", "--gpu", "A100:3", "jobs_mod:add", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need 3 GPU(s); this machine has 2" in err, err
+    assert not os.path.isdir(jobs.root) or not os.listdir(jobs.root)  # nothing launched
+
+
+def test_launch_pip_on_the_local_backend_warns_when_missing(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pip PKG``: the Ray backend installs it; the local backend does not, and says so for one that is not
+    installed here (one ``fray: warning:`` line; the job is launched)."""
+    assert main(["launch", "--pip", "attrs>=1", "--pip", "no-such-pkg-fray-33", "jobs_mod:add", "1", "2"]) == 0
+    captured = capsys.readouterr()
+    job_id = captured.out.strip()
+    warnings = [line for line in captured.err.splitlines() if line.startswith("fray: warning:")]
+    assert len(warnings) == 1 and "'no-such-pkg-fray-33' not installed" in warnings[0], captured.err
+    assert "the local backend does not install packages" in warnings[0]
+    assert LocalCluster(jobs_dir=jobs.root).wait(job_id, timeout=60).result == [3]
 
 
 @pytest.mark.parametrize(
@@ -252,6 +326,27 @@ def test_logs_tail_host_attempt(jobs: JobStore, capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.splitlines() == ["[a0 r1] y", "[a1 r1] z"]
     assert main(["logs", "cpu-1", "--host", "x/y"]) == 2
     assert "argument --host: expected SLICE/HOST" in capsys.readouterr().err
+
+
+def test_logs_follow_from_the_tail(fray: Fray) -> None:
+    """``fray logs ID -f --tail 2 --host r1``: the last two lines of that host, then its new ones as they come,
+    until the job ends (exit code: the job's)."""
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "follow-1", JobStatus.RUNNING)  # its owner is this process: alive
+    with open(store.log_path("follow-1"), "w") as f:
+        f.write("".join(f"[a0 r{i % 2}] old {i}\n" for i in range(10)))
+    proc = _watch(fray, "logs", "follow-1", "-f", "--tail", "2", "--host", "r1")
+    try:
+        seen = _read_until(proc, "old 9\n")
+        assert seen == "[a0 r1] old 7\n[a0 r1] old 9\n", seen
+        with open(store.log_path("follow-1"), "a") as f:
+            f.write("[a0 r0] new 0\n[a0 r1] new 1\n")
+        assert _read_until(proc, "new 1\n") == "[a0 r1] new 1\n"
+        _ran(store, "follow-1", JobStatus.FAILED, error="x", finished_at=time.time())
+        assert proc.wait(60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) -> None:
@@ -319,6 +414,10 @@ def test_list_at_80_columns_keeps_every_column(fray: Fray) -> None:
     assert all(len(line) <= 80 for line in text.splitlines()), text
     code, out = _run_in_terminal(fray, "list", "--wide", columns=80)
     assert code == 0 and "GOODPUT" in out and "SUBMITTED" in out, out
+    code, out = _run_in_terminal(fray, "list", "-o", "wide", columns=80)  # kubectl's spelling
+    assert code == 0 and "GOODPUT" in out and "KIND" in out, out
+    r = fray("list", "-o", "json")
+    assert r.returncode == 2 and "argument --wide/-o: expected wide, got 'json'" in r.stderr, r.stderr
 
 
 def _watch(fray: Fray, *argv: str) -> subprocess.Popen[str]:
@@ -340,12 +439,14 @@ def _read_until(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -
     assert proc.stdout is not None
     sel.register(proc.stdout, selectors.EVENT_READ)
     end = time.monotonic() + timeout
+    # os.read, not readline: a buffered reader keeps what it read past the first line, and select() does not
+    # see it (the needle would wait for the next redraw, which a job whose state no longer changes never makes)
     while needle not in seen:
         assert time.monotonic() < end, f"no {needle!r} in {seen[-2000:]!r}"
         if sel.select(timeout=1):
-            line = proc.stdout.readline()
-            assert line, f"exited before {needle!r}: {seen[-2000:]!r}"
-            seen += line
+            chunk = os.read(proc.stdout.fileno(), 65536).decode()
+            assert chunk, f"exited before {needle!r}: {seen[-2000:]!r}"
+            seen += chunk
     return seen
 
 
@@ -369,27 +470,93 @@ def test_list_and_status_watch_show_a_state_change(fray: Fray) -> None:
                 p.kill()
 
 
+def test_status_watch_of_an_ended_job_on_a_terminal(fray: Fray) -> None:
+    """``fray status ID -w`` on a terminal, for a job that has ended: the status once, then the job's exit code;
+    the last frame does not say to press Ctrl-C (it said so after the command had already returned)."""
+    from test_cli import _run_in_terminal
+
+    _ran(JobStore(str(fray.jobs_dir)), "ended-1", JobStatus.STOPPED, finished_at=time.time())
+    code, out = _run_in_terminal(fray, "status", "ended-1", "-w", columns=80)
+    assert code == 3 and "STOPPED" in out, out
+    assert "Ctrl-C" not in out, out
+
+
 # ------------------------------------------------------------------------------------ housekeeping
 
 
 def test_stop_several_and_all_with_filters(fray: Fray) -> None:
     from helpers import wait_for
 
-    ids = []
-    for n in range(2):
-        marker = fray.workdir / f"started-{n}"
-        r = fray("launch", "--name", f"sweep-{n}", "jobs_mod:block", f"marker={marker}")
+    ids = {}
+    for name in ("other-0", "sweep-1", "sweep-2"):
+        marker = fray.workdir / f"started-{name}"
+        r = fray("launch", "--name", name, "jobs_mod:block", f"marker={marker}")
         assert r.returncode == 0, r.stderr
-        ids.append(r.stdout.strip())
+        ids[name] = r.stdout.strip()
         wait_for(marker.exists, what="the job to start")
+
+    def states() -> dict[str, str]:
+        return {name: fray.status(job_id)["status"] for name, job_id in ids.items()}
+
     r = fray("stop", "--all", "--name", "sweep-*")  # not a terminal, no -y: refused, nothing stopped
     assert r.returncode == 2 and "without -y" in r.stderr, r.stderr
-    assert {fray.status(i)["status"] for i in ids} == {"RUNNING"}
-    r = fray("stop", *ids)
+    r = fray("stop", "--all", "--name", "nomatch-*", "-y")
+    assert r.returncode == 0 and "no running or pending job matches" in r.stderr, r.stderr
+    assert set(states().values()) == {"RUNNING"}
+    r = fray("stop", "--all", "--name", "sweep-*", "-y")  # the filter picks two of the three
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"{i}: STOPPED" for i in ids]
+    assert sorted(r.stdout.splitlines()) == [f"{ids['sweep-1']}: STOPPED", f"{ids['sweep-2']}: STOPPED"]
+    assert states() == {"other-0": "RUNNING", "sweep-1": "STOPPED", "sweep-2": "STOPPED"}
+    r = fray("stop", ids["sweep-1"], ids["other-0"])  # several ids, one of them already ended
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{ids['sweep-1']}: already ended STOPPED", f"{ids['other-0']}: STOPPED"]
     r = fray("stop", "--all", "-y")
     assert r.returncode == 0 and "no running or pending job matches" in r.stderr
+
+
+def _answer_in_terminal(fray: Fray, answer: str, *argv: str) -> tuple[int, str]:
+    """``fray ARGV`` on a pseudo-terminal (stdin too), typing ``answer`` once it asks; (exit code, output)."""
+    import pty
+    import select
+
+    from test_cli import FRAY
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*FRAY, *argv], cwd=fray.workdir, env=fray.env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if select.select([master], [], [], 1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the command ended
+                    break
+                if not chunk:
+                    break
+                out += chunk
+                if out.rstrip().endswith(b"[y/N]") and answer:
+                    os.write(master, answer.encode() + b"\n")
+                    answer = ""
+        return proc.wait(60), out.decode(errors="replace").replace("\r", "")
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_all_asks_on_a_terminal(fray: Fray) -> None:
+    """``stop --all`` / ``rm --all`` without ``-y`` name the jobs and ask; only a yes acts."""
+    store = JobStore(str(fray.jobs_dir))
+    _ran(store, "live-1", JobStatus.RUNNING)  # its owner is this process: alive
+    _ran(store, "done-1", JobStatus.SUCCEEDED, finished_at=time.time())
+    code, out = _answer_in_terminal(fray, "n", "stop", "--all")
+    assert code == 0 and "stop 1 job(s): live-1? [y/N]" in out and "nothing stopped" in out, out
+    assert fray.status("live-1")["status"] == "RUNNING"
+    code, out = _answer_in_terminal(fray, "y", "rm", "--all")
+    assert code == 0 and "remove 1 job(s): done-1? [y/N]" in out and "removed done-1" in out, out
+    assert not store.exists("done-1") and store.exists("live-1")
 
 
 def test_stop_a_frozen_supervisor_times_out_with_exit_4(fray: Fray) -> None:
@@ -501,6 +668,33 @@ def test_completion_and_doctor(jobs: JobStore, capsys: pytest.CaptureFixture[str
     assert "!!  records" in out and "fix: fray rm stray" in out
     assert main(["rm", "stray"]) == 0 and not (Path(jobs.root) / "stray").exists()
     assert main(["doctor"]) == 0
+
+
+def test_doctor_checks_a_remote_store_is_writable(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """A jobs dir given as an fsspec URL (``gs://...``; ``memory://`` here) is written to, not only listed."""
+    import fsspec
+
+    assert main(["doctor", "--cluster", "local?jobs_dir=memory://fray-doctor/jobs"]) == 0
+    out = capsys.readouterr().out
+    assert "memory://fray-doctor/jobs: writable" in out, out
+    assert not [p for p in fsspec.filesystem("memory").find("/fray-doctor") if "doctor" in p.rsplit("/", 1)[-1]]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completion_in_a_bare_zsh(jobs: JobStore, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``fray completion zsh`` sourced by a zsh without compinit loaded (``zsh -f``, a fresh ~/.zshrc):
+    it registered nothing (``compdef: command not found``). Skipped without zsh (CI does not install it)."""
+    assert main(["completion", "zsh"]) == 0
+    (tmp_path / "c.zsh").write_text(capsys.readouterr().out)
+    script = (
+        f"source {tmp_path / 'c.zsh'} || exit 3; print -r -- ${{_comps[fray]}}; "
+        "COMP_WORDS=(fray logs --ta); COMP_CWORD=2; compgen -F _fray -- --ta"
+    )
+    r = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and not r.stderr, r.stdout + r.stderr
+    registered, *completions = r.stdout.splitlines()
+    # bashcompinit's compgen leaves matching the word to zsh: the candidates are fray logs' options
+    assert "_fray" in registered and "--tail" in completions and "--json" not in completions, r.stdout
 
 
 def test_store_log_reader_cuts_a_runaway_line(jobs: JobStore) -> None:

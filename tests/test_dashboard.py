@@ -82,7 +82,22 @@ def _plant(store: JobStore) -> dict[str, str]:
         ),
         owner=owner_info(),
     )  # this process owns it: alive
-    return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1"}
+    phases = Attempt(0, ["v4-16-0"], now - 40, now - 20, AttemptOutcome.FAILED, "boom")
+    phases.acquired_at, phases.hosts_started_at = now - 34, now - 30  # waited 6 s, hosts started in 4 s, ran 10 s
+    store.write(
+        JobInfo(
+            job_id="phases-1",
+            name="phases",
+            status=JobStatus.FAILED,
+            error="boom",
+            submitted_at=now - 40,
+            finished_at=now - 20,
+            failures=1,
+            attempts=[phases],
+        ),
+        owner=owner_info(),
+    )
+    return {"sim": "sim-1", "hostile": "hostile-1", "waiting": "waiting-1", "phases": "phases-1"}
 
 
 class Dashboard:
@@ -135,14 +150,17 @@ def test_api_has_the_json_fields_of_the_cli(dash: Dashboard) -> None:
     from fray_core.cli.output import JOB_FIELDS
 
     status, jobs = dash.get("/api/jobs")
-    assert status == 200 and {j["job_id"] for j in jobs} >= {"sim-1", "hostile-1", "waiting-1"}
+    assert status == 200 and {j["job_id"] for j in jobs} >= {"sim-1", "hostile-1", "waiting-1", "phases-1"}
     assert all(set(j) == set(JOB_FIELDS) for j in jobs)
     status, one = dash.get("/api/jobs/sim-1")
     assert status == 200 and one["attempts"][0]["outcome"] == "PREEMPTED" and one["goodput"]["productive_s"] == 5.0
     assert [j["job_id"] for j in dash.get("/api/jobs?status=pending")[1]] == ["waiting-1"]
     assert [j["job_id"] for j in dash.get("/api/jobs?name=si*")[1]] == ["sim-1"]
+    status, body = dash.get("/api/jobs?status=runing")  # a typo is said, not an empty list
+    assert status == 400 and "status: unknown 'RUNING'; expected PENDING, RUNNING" in body, body
     status, logs = dash.get("/api/jobs/sim-1/logs")
     assert logs["hosts"] == {"[a0 s0/h0]": ["step 0"], "[a1 s0/h0]": ["step 9"], "[a1 s1/h1]": ["done \x1b[2J"]}
+    assert list(logs["hosts"]) == ["[a1 s0/h0]", "[a1 s1/h1]", "[a0 s0/h0]"]  # the latest attempt's hosts first
     assert dash.get("/api/jobs/nope")[0] == 404
     fleet = dash.get("/api/fleet")[1]
     assert [s["name"] for s in fleet["slices"]] == ["v4-16-0", "v4-16-1"] and fleet["capacity"] == {"v4-16": 2}
@@ -220,10 +238,17 @@ def test_browser_lists_jobs_and_keeps_job_bytes_as_text(dash: Dashboard, browser
     rows = _rows(browser, "#jobs tbody tr")
     assert set(rows) >= {"sim-1", "hostile-1", "waiting-1"}
     assert rows["sim-1"][1:3] == ["sim", "SUCCEEDED"] and rows["sim-1"][4:7] == ["2", "1/0", "50%"], rows["sim-1"]
+    assert rows["sim-1"][3] in ("1m", "2m") and rows["waiting-1"][3].endswith(("s", "m")), rows  # AGE
     assert "queued: 1st for 2 x v4-16" in rows["waiting-1"][7]
     assert rows["hostile-1"][1] == HOSTILE  # shown as text
     assert browser.execute_script("return document.getElementById('pwned')") is None  # never parsed as markup
     assert browser.title == "fray: jobs"
+    # the filters: a name glob, then a status, narrow the rows on the same page
+    browser.find_element("id", "f-name").send_keys("si*")
+    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"sim-1"}, "the name filter")
+    browser.find_element("id", "f-name").send_keys("\b\b\b")  # typed away, as a user would (clear() fires no input)
+    browser.execute_script("const s = document.getElementById('f-status'); s.value = 'FAILED'; s.onchange()")
+    _wait(browser, lambda d: set(_rows(d, "#jobs tbody tr")) == {"hostile-1", "phases-1"}, "the status filter")
 
 
 _BARS = (
@@ -254,6 +279,25 @@ def test_browser_job_page_draws_the_timeline(dash: Dashboard, browser: Any) -> N
     assert "v4-16-0" in labels and "v4-16-1" in labels
     assert "[a1 s1/h1]" in logs and "step 9" in logs and "done \x1b[2J" in logs
     assert '"entrypoint": "train:main"' in request
+
+
+_PHASES = (
+    "return [...document.querySelectorAll('svg#timeline rect')].filter(r => r.dataset.attempt === '0')"
+    ".map(r => [r.getAttribute('class'), +r.getAttribute('x'), +r.getAttribute('width')])"
+)
+
+
+def test_browser_timeline_draws_waiting_holding_and_running(dash: Dashboard, browser: Any) -> None:
+    """One attempt in its three phases, each as long as it lasted: waiting for its slices, holding them while
+    its hosts start, running (drawn in its outcome's colour)."""
+    browser.get(dash.url + "job/phases-1")
+    rects = _wait(browser, lambda d: len(d.execute_script(_PHASES)) == 3 and d.execute_script(_PHASES), "3 phases")
+    (wait_x, wait_w), (hold_x, hold_w), (run_x, run_w) = [(x, w) for _, x, w in sorted(rects, key=lambda r: r[1])]
+    assert [c for c, _, _ in sorted(rects, key=lambda r: r[1])] == ["wait", "hold", "bar"]
+    assert abs(wait_x + wait_w - hold_x) < 1 and abs(hold_x + hold_w - run_x) < 1  # one after the other
+    assert abs(wait_w / run_w - 0.6) < 0.05 and abs(hold_w / run_w - 0.4) < 0.05, rects
+    legend = browser.find_element("css selector", ".legend").text
+    assert "waiting for slices" in legend and "holding slices, hosts starting" in legend and "failed" in legend
 
 
 def test_browser_live_refresh_shows_a_state_change(dash: Dashboard, browser: Any) -> None:
@@ -293,8 +337,8 @@ def test_browser_fleet_page(dash: Dashboard, browser: Any) -> None:
     )
     browser.get(dash.url + "fleet")
     rows = _wait(browser, lambda d: _rows(d, "#fleet tbody tr"), "the fleet")
-    assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][4] == "holder-1"
-    assert rows["v4-16-0"][4] == "-"
+    assert rows["v4-16-1"][:2] == ["v4-16-1", "v4-16"] and rows["v4-16-1"][3:5] == ["busy", "holder-1"], rows
+    assert rows["v4-16-0"][3:5] == ["free", "-"]
 
 
 def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
@@ -311,3 +355,63 @@ def test_without_the_extra_one_line_exit_2(tmp_path: Path) -> None:
     )
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and "python -m pip install 'fray-jobs[dashboard]'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("refresh", ["-1", "0", "nan", "inf"])
+def test_bad_refresh_is_one_line_exit_2(refresh: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--refresh -1`` served a page that re-fetched in a tight loop (setTimeout of a negative delay)."""
+    from fray_core.cli import main
+
+    assert main(["dashboard", "--refresh", refresh]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"argument --refresh: expected seconds between 0.1 and 3600, got '{refresh}'" in err
+
+
+def test_default_address_is_this_machine_on_a_port_that_is_not_rays() -> None:
+    from fray_core.cli import build_parser
+    from fray_core.dashboard import DEFAULT_HOST, DEFAULT_PORT
+
+    args = build_parser().parse_args(["dashboard"])
+    assert (args.host, args.port) == (DEFAULT_HOST, DEFAULT_PORT) == ("127.0.0.1", 8290)
+    assert DEFAULT_PORT != 8265  # Ray's dashboard
+    index = (Path(__file__).parent.parent / "docs" / "index.md").read_text()
+    assert f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/" in index and "8265" in index
+
+
+def test_address_in_use_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from fray_core.cli import main
+
+    monkeypatch.setenv("FRAY_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", "--cluster", "local", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"fray dashboard: error: cannot listen on 127.0.0.1:{port}: "), err
+    assert "--port 0" in err  # how to get a free one
+
+
+def test_fleet_json_holders_from_records_and_quarantines(tmp_path: Path) -> None:
+    """The fleet view of ``fray dashboard --cluster 'local?tpu=...'``: the dashboard's own model of the fleet
+    (each launch has its own, backends.md), so a slice that a job's record says it holds is shown busy, not
+    free; a fleet run in the dashboard's process (``serve(cluster)`` from Python) shows its quarantines."""
+    from fray_core.dashboard import fleet_json
+    from fray_local import LocalCluster, TpuFleet
+
+    cluster = LocalCluster(fleet=TpuFleet({"v4-16": 3}), jobs_dir=str(tmp_path / "jobs"))
+    now = time.time()
+    holder = JobInfo(job_id="holder-1", name="h", status=JobStatus.RUNNING, attempts=[Attempt(0, ["v4-16-1"], now)])
+    cluster.fleet.model.device_failed("v4-16-2", 0)
+    cluster.fleet.model.device_failed("v4-16-2", 0)
+    fleet = fleet_json(cluster, [holder])
+    assert fleet is not None
+    rows = {s["name"]: s for s in fleet["slices"]}
+    assert (rows["v4-16-0"]["state"], rows["v4-16-0"]["holder"]) == ("free", None)
+    assert (rows["v4-16-1"]["state"], rows["v4-16-1"]["holder"]) == ("busy", "holder-1")
+    assert rows["v4-16-2"]["quarantined"] and "device error twice" in rows["v4-16-2"]["quarantine_note"]

@@ -375,3 +375,105 @@ def test_doc_block_runs_alone(name: str, line: int, tmp_path: Path) -> None:
     script = tmp_path / "alone.py"
     script.write_text(_script(name, [block]))
     _run([sys.executable, str(script)], tmp_path, _env(tmp_path), f"docs/{name} line {line} alone")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n#", start + len(heading))
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_ray_job_and_sky_jobs_table_names_real_commands() -> None:
+    """docs/index.md's table for users of ``ray job`` and ``sky jobs``: a row for each of their everyday
+    commands, and every ``fray`` command and option it names is one the parser has."""
+    from fray_core.cli import build_parser
+
+    parser = build_parser()
+    commands = parser.parse_args(["list"])._subparsers
+    table = _section((DOCS / "index.md").read_text(), "## Coming from `ray job` or `sky jobs`")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")]
+    ray_column = " ".join(r[1] for r in rows[1:])
+    for everyday in ("submit", "list", "status", "logs", "stop", "delete", "--address"):
+        assert everyday in ray_column, f"no row for `ray job {everyday}`"
+    checked = 0
+    for row in rows[1:]:
+        for snippet in re.findall(r"`(fray [^`]+)`", row[3]):
+            words = snippet.replace("\\|", "|").split()
+            command = words[1]
+            assert command in commands, f"`{snippet}`: no command {command!r}"
+            options = {o for a in commands[command]._actions for o in a.option_strings}
+            options |= {o for a in parser._actions for o in a.option_strings}
+            for word in words[2:]:
+                flag = word.strip("[]").split("=")[0]
+                if flag.startswith("-") and flag != "--":
+                    assert flag in options, f"`{snippet}`: fray {command} has no option {flag}"
+            checked += 1
+        for flag in re.findall(r"`(--[a-z-]+)", row[3]):
+            assert any(flag in {o for a in p._actions for o in a.option_strings} for p in commands.values()), flag
+    assert checked >= 10, checked  # the table was read
+
+
+def test_configuration_lists_every_environment_variable() -> None:
+    """docs/configuration.md is the one page with every ``FRAY_*`` variable Fray reads or sets (``FRAY_SIM_*``
+    style globs cover families); a new one in the code must be added there."""
+    import fnmatch
+
+    page = (DOCS / "configuration.md").read_text()
+    listed = set(re.findall(r"`(FRAY_[A-Z0-9_*]+)`", page))
+    used: set[str] = set()
+    for pkg in ("fray_core", "fray_local", "fray_ray"):
+        for path in (REPO / pkg).rglob("*.py"):
+            if path.name == "conformance.py":
+                continue  # the conformance kit's own marker variables for test jobs
+            used |= set(re.findall(r"[\"'](FRAY_[A-Z0-9_]+)[\"']", path.read_text()))
+    missing = sorted(v for v in used if not any(fnmatch.fnmatchcase(v, pattern) for pattern in listed))
+    assert not missing, f"docs/configuration.md does not list {missing}"
+
+
+def test_index_names_every_dependency() -> None:
+    """docs/index.md says what installing Fray brings: every ``[project].dependencies`` entry of pyproject.toml."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[\n(.*?)^\]", pyproject, re.M | re.S)
+    assert block
+    names = re.findall(r'^\s*"([A-Za-z0-9_.-]+)', block.group(1), re.M)
+    assert names
+    paragraph = _section((DOCS / "index.md").read_text(), "## 1. Install")
+    assert not [n for n in names if f"`{n}`" not in paragraph], (names, paragraph)
+
+
+def _shape(line: str) -> str:
+    """A line of fray's output with what changes from run to run (ids, numbers, bar lengths) taken out."""
+    line = re.sub(r"\b[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}\b", "ID", line)
+    line = re.sub(r"\|[0-9=~x?>.P -]+\|", "|BAR|", line)
+    line = re.sub(r"\d+(\.\d+)?", "N", line)
+    return " ".join(line.split()) if line.strip() else ""
+
+
+def test_launch_wait_sample_output_is_what_prints(tmp_path: Path) -> None:
+    """docs/index.md's sample of ``fray launch --wait train:main steps=3`` has every kind of line the command
+    prints (launched, state, the job's lines, the attempt, the timeline and its legend, goodput, result) and
+    no other: it lacked the timeline, goodput and result lines once."""
+    blocks = _blocks("index.md")
+    _write_files(tmp_path, blocks)
+    command = "fray launch --wait train:main steps=3"
+    at = next(i for i, b in enumerate(blocks) if _is_shell(b) and shell_commands(b) == [command])
+    sample = next(b for b in blocks[at + 1 :] if b.lang == "text").code
+    r = subprocess.run(
+        [sys.executable, "-m", "fray_core.cli", *command.split()[1:]],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def shapes(text: str) -> set[str]:
+        lines = {_shape(x) for x in text.splitlines()} - {""}
+        axis = {x for x in lines if re.fullmatch(r"(Ns ?)+", x.replace("N.Ns", "Ns"))}
+        return (lines - axis) | ({"AXIS"} if axis else set())
+
+    progress = re.compile(r"^\[fray\] ID: (RUNNING|PENDING) \|")  # one line per change: how many is timing
+    want, got = shapes(sample), shapes(r.stdout)
+    assert {x for x in want if not progress.match(x)} == {x for x in got if not progress.match(x)}, (want, got)
+    assert any(progress.match(x) for x in want) and any(progress.match(x) for x in got)

@@ -122,6 +122,7 @@ def test_a_request_that_can_never_fit_fails_at_once(tmp_path: Path) -> None:
     cluster = make_cluster(tmp_path, TpuFleet({"v4-16": 2}))
     info = cluster.wait(cluster.launch(tpu_request(slices=3)), timeout=30)
     assert info.status == JobStatus.FAILED and outcomes(info) == ["UNSCHEDULABLE"]
+    assert (info.preemptions, info.failures) == (0, 0)  # as docs/index.md's JSON table says: no budget spent
     assert "asked: 3 x v4-16; fleet has 2 v4-16 slice(s) in all" in info.error and "can never fit" in info.error
     other = cluster.wait(
         cluster.launch(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -28,16 +29,19 @@ EPILOG = """\
 exit codes:
   0  success; for `launch --wait`, `logs -f` and `sim`: the job SUCCEEDED
   1  the job ended FAILED
-  2  bad usage or input (invalid request, unknown job id, unknown cluster spec)
+  2  bad usage or input (invalid request, unknown job id, unknown cluster)
   3  the job ended STOPPED
-  4  timed out or internal error (a job's supervisor or the cluster did not answer in time)
+  4  timed out or internal error (a supervisor or the cluster did not answer)
   130  interrupted (Ctrl-C); a launched job keeps running
 
-cluster: --cluster SPEC, --address ADDR (Ray), $FRAY_CLUSTER_SPEC, $RAY_ADDRESS, the config file's
-  `cluster` ($XDG_CONFIG_HOME/fray/config.toml), else `local`. Specs: local, local?tpu=v4-16:2,
-  local?jobs_dir=DIR, ray, ray?address=HOST:PORT&namespace=NS&jobs_dir=DIR. Records: $FRAY_JOBS_DIR.
-  Every setting and environment variable: docs/configuration.md. `fray doctor` checks them.
-local backend: `fray launch` starts a detached supervisor process that runs the job until it ends.
+cluster: --cluster SPEC, --address ADDR (Ray), $FRAY_CLUSTER_SPEC, $RAY_ADDRESS,
+  the config file's `cluster` ($XDG_CONFIG_HOME/fray/config.toml), else `local`.
+  Specs: local, local?tpu=v4-16:2, local?jobs_dir=DIR, ray,
+  ray?address=HOST:PORT&namespace=NS&jobs_dir=DIR. Records: $FRAY_JOBS_DIR.
+  Every setting and environment variable: docs/configuration.md.
+  `fray doctor` checks them.
+local backend: `fray launch` starts a detached supervisor process that runs the
+  job until it ends.
 set FRAY_DEBUG=1 to see tracebacks of errors.
 """
 
@@ -63,9 +67,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs keep their lines (examples, the exit-code table), but a line wider than the
+    terminal wraps at words, under its own indent: a terminal would cut it mid-word."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for line in text.splitlines():
+            if len(indent + line) <= width:
+                out.append(indent + line)
+                continue
+            lead = indent + line[: len(line) - len(line.lstrip())]
+            # a continuation sits under the text of its line: "  4  timed out ..." continues under "timed"
+            item = re.match(r"\s*(\S{1,3}\s{2,})", line)
+            hang = lead + " " * (len(item.group(1)) if item else (2 if line[:1].isspace() else 0))
+            out.append(textwrap.fill(line.strip(), width, initial_indent=lead, subsequent_indent=hang))
+        return "\n".join(out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``fray`` (also used to render ``fray --help``)."""
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _Formatter
     parser = _Parser(
         prog="fray",
         description="Launch and watch ML jobs (CPU, GPU, multi-host TPU slices) on the local backend, a "

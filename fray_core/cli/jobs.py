@@ -188,9 +188,9 @@ def watch(render: Callable[[TextIO], Any], interval: float, done: Callable[[], b
             buf = io.StringIO()
             render(buf)
             text = buf.getvalue()
-            if live is not None:
-                stamp = f"every {interval:g}s, {timestamp(time.time())} (Ctrl-C to stop)"
-                live.update(Text(text.rstrip("\n") + "\n\n" + stamp), refresh=True)
+            if live is not None:  # the last frame stays on screen: it says what is, not to press Ctrl-C
+                stamp = "" if finished else f"\n\nevery {interval:g}s, {timestamp(time.time())} (Ctrl-C to stop)"
+                live.update(Text(text.rstrip("\n") + stamp), refresh=True)
             elif text != last:
                 print(("\n" if last is not None else "") + text.rstrip("\n"), flush=True)
             last = text

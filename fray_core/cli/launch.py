@@ -254,8 +254,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         description="Launch a job and print its id (alone on stdout: ID=$(fray launch ...)). With --wait, "
         "stream its logs and progress and exit with its status. The job keeps running after this command "
         "returns (on the local backend it runs under a detached supervisor process).",
-        epilog="examples:\n  fray launch train:main steps=100\n  fray launch --wait --tpu v4-16 --slices 2 "
-        "--cluster 'local?tpu=v4-16:2' train:main\n  fray launch --env WANDB_MODE=offline train.py --lr 3e-4\n\n"
+        epilog="examples:\n  fray launch train:main steps=100\n  fray launch --wait --tpu v4-16 --slices 2 \\\n"
+        "      --cluster 'local?tpu=v4-16:2' train:main\n  fray launch --env WANDB_MODE=offline train.py --lr 3e-4\n\n"
         + epilog,
         formatter_class=fmt,
     )

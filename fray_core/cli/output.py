@@ -276,10 +276,14 @@ def timeline(info: JobInfo, width: int = 60, now: float | None = None) -> list[s
             fill = _FILL.get(a.outcome.value, "?") if a.slices or a.outcome.value != "CANCELLED" else "."
         used.add(fill)
         c0, c1 = col(a.started_at or t0), col(end)
+        # the attempt began when it began to wait for its slices: that wait is drawn as waiting
+        ca = min(col(a.acquired_at), c1) if a.slices and a.acquired_at else c0
+        if ca > c0:
+            used.add(".")
         for name in names:
             row = rows.setdefault(name, [" "] * width)
             for c in range(c0, c1 + 1):
-                row[c] = fill
+                row[c] = "." if c < ca else fill
             marks.append((name, c0, str(a.index % 10)))
         if a.outcome is not None and a.outcome.value == "PREEMPTED":
             hit = [n for n in a.slices if f"({n})" in (a.cause or "")] or names
@@ -360,7 +364,7 @@ JOB_FIELDS = (
     "last_step",
     "last_heartbeat_at",
 )
-ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause")
+ATTEMPT_FIELDS = ("index", "slices", "outcome", "started_at", "ended_at", "cause", "acquired_at", "hosts_started_at")
 
 
 def job_json(info: JobInfo) -> dict[str, Any]:
@@ -389,6 +393,8 @@ def job_json(info: JobInfo) -> dict[str, Any]:
                 "started_at": a.started_at,
                 "ended_at": a.ended_at,
                 "cause": a.cause,
+                "acquired_at": a.acquired_at,
+                "hosts_started_at": a.hosts_started_at,
             }
             for a in info.attempts
         ],

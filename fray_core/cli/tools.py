@@ -15,6 +15,7 @@ from fray_core.cli.common import (
     add_cluster_option,
     check_default_jobs_dir,
 )
+from fray_core.cli.jobs import _interval
 from fray_core.cli.output import safe
 
 __all__ = ["add_parsers", "cmd_completion", "cmd_doctor", "completion_script"]
@@ -76,7 +77,11 @@ _fray() {{
 complete -F _fray fray
 """
     if shell == "zsh":
-        return "# zsh: bash-style completion through bashcompinit\nautoload -U +X bashcompinit && bashcompinit\n" + bash
+        return (
+            "# zsh: bash-style completion through bashcompinit, which needs compinit (a bare ~/.zshrc lacks it)\n"
+            "(( $+functions[compdef] )) || { autoload -U +X compinit && compinit -i; }\n"
+            "autoload -U +X bashcompinit && bashcompinit\n" + bash
+        )
     return bash
 
 
@@ -170,8 +175,21 @@ def _check_store(store: Any, line: Any) -> None:
             line(True, "jobs dir", f"{root}: writable")
         except OSError as e:
             line(False, "jobs dir", f"{root}: not writable: {e.strerror or e}", "set FRAY_JOBS_DIR to a dir of yours")
-    else:
-        line(True, "jobs dir", f"{root} (remote)")
+    else:  # an fsspec URL (gs://...): write and remove a probe object, as a job's record would be written
+        import uuid
+
+        probe = f"{store._root_path.rstrip('/')}/.fray-doctor-{uuid.uuid4().hex[:12]}"
+        try:
+            store.fs.pipe_file(probe, b"")
+            store.fs.rm_file(probe)
+            line(True, "jobs dir", f"{root}: writable")
+        except Exception as e:  # noqa: BLE001 -- fsspec backends raise their own errors: reported, not raised
+            line(
+                False,
+                "jobs dir",
+                f"{root}: not writable: {type(e).__name__}: {e}",
+                "check the URL and your credentials for it, or set FRAY_JOBS_DIR to a directory",
+            )
     try:
         scanned = store.scan()
     except OSError as e:
@@ -224,7 +242,7 @@ def add_parsers(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> Non
         help="print a shell completion script",
         description="Print a completion script for bash or zsh, generated from fray's parser.",
         epilog="examples:\n  source <(fray completion bash)          # in ~/.bashrc\n"
-        "  fray completion zsh > ~/.zfunc/_fray.sh && echo 'source ~/.zfunc/_fray.sh' >> ~/.zshrc",
+        "  fray completion zsh > ~/.fray.zsh       # source it from ~/.zshrc",
         formatter_class=fmt,
     )
     p.add_argument("shell", choices=["bash", "zsh"])
@@ -261,6 +279,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         dashboard.serve(cluster, host=args.host, port=args.port, refresh=args.refresh, ready=ready)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except OSError as e:  # the port is taken, the host does not resolve or is not this machine's
+        reason = e.strerror or str(e)
+        reason = reason.rsplit("): ", 1)[-1] if "attempting to bind" in reason else reason
+        raise UsageError(
+            f"cannot listen on {args.host}:{args.port}: {reason} (--port 0 picks a free port; --host an address of "
+            "this machine)"
+        ) from None
     return EXIT_OK
 
 
@@ -288,7 +313,11 @@ def add_dashboard_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: st
         "--port", type=_port, default=8290, help="port (default 8290; Ray's dashboard is 8265; 0: any free port)"
     )
     p.add_argument(
-        "--refresh", type=float, default=2.0, metavar="S", help="seconds between the page's live refreshes (default 2)"
+        "--refresh",
+        type=_interval,  # 0.1 to 3600: a negative delay made the page re-fetch in a tight loop
+        default=2.0,
+        metavar="S",
+        help="seconds between the page's live refreshes (default 2)",
     )
     add_cluster_option(p)
     p.set_defaults(func=cmd_dashboard)
