@@ -159,7 +159,8 @@ for d in $FRAY_ISO_HIDE; do mount -t tmpfs -o size=1m,mode=755 fray-hidden "$d";
 i=0
 for k in $FRAY_ISO_KEEP; do mkdir -p "$k"; mount --bind "$FRAY_ISO_STASH-keep/$i" "$k"; i=$((i+1)); done
 export PYTHONPATH="$FRAY_ISO_SITE"
-unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_KEEP FRAY_ISO_SITE
+export PATH="$FRAY_ISO_BIN:$PATH"
+unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_KEEP FRAY_ISO_SITE FRAY_ISO_BIN
 exec "$@"
 """
 
@@ -251,6 +252,9 @@ class _Isolation:
             f"FRAY_ISO_HIDE={chr(10).join(self.hide)}",
             f"FRAY_ISO_KEEP={chr(10).join(self.keep)}",
             f"FRAY_ISO_SITE={os.path.join(self.root, 'site')}",
+            # the host's Python first on its PATH, as installed there: the client's may be a shim in its
+            # home (pyenv), which a host does not have
+            f"FRAY_ISO_BIN={os.path.dirname(sys.executable)}",
             "unshare",
             "--mount",
             "--propagation",
