@@ -60,7 +60,7 @@ from fray_core.provider import (
     SliceLease,
     SliceProvider,
 )
-from fray_core.tpu import get_tpu_spec, normalize_tpu_type
+from fray_core.tpu import get_tpu_spec
 from fray_core.types import Entrypoint, GpuConfig, ResourceConfig, TpuConfig, parse_size
 from fray_ray._host import (
     DeviceFaultError,
@@ -74,10 +74,19 @@ from fray_ray._host import (
     run_host,
     signal_host,
 )
-from fray_ray.scheduler import SchedulerBehind, SchedulerClient, job_label
+from fray_ray.scheduler import SchedulerBehind, SchedulerClient
+from fray_ray.slices import (
+    POD_TYPE_LABEL,
+    SLICE_NAME_LABEL,
+    WORKER_ID_LABEL,
+    SliceView,
+    TpuSlice,
+    discover_slices,
+    slice_view,
+)
 from fray_ray.view import ClusterView
 
-__all__ = ["RaySliceProvider", "PREEMPTION_ERRORS", "health_checks"]
+__all__ = ["RaySliceProvider", "PREEMPTION_ERRORS", "discover_slices", "health_checks"]
 
 #: Errors that mean the host (or the process that owned its task) went away: infrastructure, retryable.
 #: Not ``WorkerCrashedError``: the host's own process died (a segfault, the kernel's OOM killer, an
@@ -102,10 +111,6 @@ _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a
 _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks
 #: a drain without a deadline (Ray's 0) still means the node goes: the hosts get this long to checkpoint
 NOTICE_DEFAULT_GRACE = 30.0
-WORKER_ID_LABEL = "ray.io/tpu-worker-id"
-SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
-POD_TYPE_LABEL = "ray.io/tpu-pod-type"
-TOPOLOGY_LABEL = "ray.io/tpu-topology"
 INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
 HEALTH_INTERVAL = 1.0  # seconds between checks of the leases' placement groups (and of the shared view: view.py)
@@ -115,114 +120,10 @@ STACKS_QUIET = 0.5  # ... and for no more of a host's lines to come (its log bat
 RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to have its released resources back
 TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
 TRANSIT_STEP = 0.05
+DRAIN_ASK_WAIT = 0.05  # seconds a health check waits for the scheduler's list of draining nodes (else: next time)
 ADMIT_WAIT_MIN = 0.05  # seconds an acquire round waits for the scheduler's answer at least (past its deadline)
 SLOW_READ_S = 2.0  # a read of the node table this slow is named in the pending reason
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
-_HEAD_GROUP = re.compile(r"^fray-(.+)-head-\d+$")  # a job's slice-head placement group (see _acquire_tpu)
-_HEAD_RESOURCE = re.compile(r"^TPU-(.+)-head$")
-# Resources Ray itself gives a node: never a slice name (see :func:`discover_slices`).
-_RAY_RESOURCES = frozenset({"CPU", "GPU", "TPU", "memory", "object_store_memory"})
-
-
-@attrs.frozen
-class TpuSlice:
-    """One TPU slice as the cluster shows it (:func:`discover_slices`): ``hosts`` maps each live node id
-    to its worker id (``None``: not known, a label-less host other than worker 0); ``head``: worker 0's node
-    id (``""``: not alive); ``topology``: the ``ray.io/tpu-topology`` label (``None``: not labelled);
-    ``labelled``: every host carries the ``ray.io/tpu-*`` labels (claimed by label selectors, else by the
-    slice-name resource); ``tpu_per_host``: worker 0's ``TPU`` resource (chips x ``RAY_TPU_RESOURCE_PER_CHIP``)."""
-
-    name: str
-    pod_type: str
-    hosts: dict[str, str | None]
-    head: str
-    topology: str | None
-    labelled: bool
-    tpu_per_host: float
-
-
-def _is_slice_resource(key: str, value: float) -> bool:
-    """Could this node resource be a slice name (Ray's ``<TPU_NAME>: 1``)?"""
-    return (
-        value == 1.0
-        and key not in _RAY_RESOURCES
-        and not key.startswith(("node:", "accelerator_type:"))
-        and "_group_" not in key  # a placement group's bundle
-        and not _HEAD_RESOURCE.match(key)
-    )
-
-
-def discover_slices(nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
-    """The TPU slices of a live node table (``ray.nodes()`` entries by node id), by name.
-
-    A host carrying the ``ray.io/tpu-*`` labels says it all. Without them (KubeRay without its webhook,
-    older Ray) a slice is found from the resources Ray gives every TPU VM: worker 0 has ``TPU-<type>-head``,
-    and every host of the slice the slice-name resource ``<TPU_NAME>: 1``; the worker ids of the other hosts
-    are then unknown.
-
-    >>> head = {"Resources": {"TPU": 4.0, "TPU-v4-16-head": 1.0, "s1": 1.0, "CPU": 1.0}, "Labels": {}}
-    >>> other = {"Resources": {"TPU": 4.0, "s1": 1.0, "CPU": 1.0}, "Labels": {}}
-    >>> sorted(discover_slices({"n0": head, "n1": other})["s1"].hosts.items())
-    [('n0', '0'), ('n1', None)]
-    """
-    found: dict[str, dict[str, Any]] = {}
-    unlabelled: list[tuple[str, dict[str, float]]] = []
-    for nid, n in nodes.items():
-        labels = n.get("Labels") or {}
-        res = n.get("Resources") or {}
-        name = labels.get(SLICE_NAME_LABEL)
-        if name and labels.get(POD_TYPE_LABEL):
-            s = found.setdefault(
-                name, {"hosts": {}, "head": "", "labelled": True, "tpu": 0.0, "pod": "", "topology": None}
-            )
-            wid = labels.get(WORKER_ID_LABEL)
-            s["hosts"][nid] = wid
-            s["pod"] = s["pod"] or normalize_tpu_type(labels[POD_TYPE_LABEL])
-            s["topology"] = s["topology"] or labels.get(TOPOLOGY_LABEL)
-            if wid == "0":
-                s["head"], s["tpu"] = nid, float(res.get("TPU", 0.0))
-        elif res.get("TPU"):
-            unlabelled.append((nid, res))
-    if unlabelled:
-        # Worker 0s first: their head resource names the pod type, and the slice name is a resource of
-        # theirs that no other worker 0 has (a slice has one), shared with the slice's other hosts (the one
-        # most TPU hosts carry, should a node have more such resources).
-        counts: dict[str, int] = {}
-        on_heads: dict[str, int] = {}
-        for _, res in unlabelled:
-            head = any(_HEAD_RESOURCE.match(k) for k in res)
-            for key, value in res.items():
-                if _is_slice_resource(key, value):
-                    counts[key] = counts.get(key, 0) + 1
-                    on_heads[key] = on_heads.get(key, 0) + head
-        for nid, res in unlabelled:
-            heads = [m.group(1) for key in res if (m := _HEAD_RESOURCE.match(key))]
-            names = sorted(
-                (k for k, v in res.items() if _is_slice_resource(k, v) and k not in found and on_heads[k] == 1),
-                key=lambda k: (-counts[k], k),
-            )
-            if heads and names:
-                found[names[0]] = {
-                    "hosts": {nid: "0"},
-                    "head": nid,
-                    "labelled": False,
-                    "tpu": float(res["TPU"]),
-                    "pod": normalize_tpu_type(heads[0]),
-                    "topology": None,
-                }
-        for nid, res in unlabelled:
-            if any(nid in s["hosts"] for s in found.values()):
-                continue
-            for key in sorted(res):
-                s = found.get(key)
-                if s is not None and not s["labelled"] and res[key] == 1.0:
-                    s["hosts"][nid] = None
-                    break
-    return {
-        name: TpuSlice(name, s["pod"], s["hosts"], s["head"], s["topology"], s["labelled"], s["tpu"])
-        for name, s in found.items()
-        if s["pod"]
-    }
 
 
 @attrs.define(eq=False)
@@ -250,22 +151,6 @@ class _Reservation:
                 pass  # already removed (e.g. its creator died); nothing left to free
 
 
-@attrs.frozen
-class _View:
-    """The slices of one type in the cluster, from Ray's own state: ``alive`` (every host alive), ``free``
-    (head not held), ``holders`` (slice -> the job holding it), ``incomplete`` (worker 0 alive, another host
-    not), and the live node table they were read from (``_claim`` maps nodes to slices with it)."""
-
-    alive: list[str]
-    free: list[str]
-    holders: dict[str, str]
-    incomplete: list[str]
-    nodes: dict[str, dict[str, Any]]
-    slices: dict[str, TpuSlice] = attrs.field(factory=dict)  # the alive ones, by name
-    mismatched: list[str] = attrs.field(factory=list)  # slices of the type with another topology (label)
-    token: tuple[int, int] = (0, 0)  # which reads of the shared cluster view it was made from
-
-
 @attrs.define(eq=False)
 class _Task:
     ref: Any
@@ -281,19 +166,6 @@ def _node_table(fresh: bool = False) -> dict[str, dict[str, Any]]:
     if fresh:
         return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
     return ClusterView.shared().nodes()
-
-
-_discovery: tuple[int, dict[str, TpuSlice]] = (-1, {})  # the slices of the shared node table's last read
-
-
-def _discovered(read: int, nodes: dict[str, dict[str, Any]]) -> dict[str, TpuSlice]:
-    """``discover_slices(nodes)``, once per read of the shared node table (``read``: its number): at 16,000
-    nodes the scan is tens of ms of CPU, and every job of the process would do it every round."""
-    global _discovery
-    done = _discovery
-    if done[0] != read:
-        done = _discovery = (read, discover_slices(nodes))
-    return done[1]
 
 
 def _bundle_nodes(pg: PlacementGroup) -> dict[int, str]:
@@ -356,9 +228,10 @@ class RaySliceProvider(SliceProvider):
         self._last_health = 0.0
         self._released: set[str] = set()  # ids of the groups this job released, until its next acquire saw them gone
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
-        self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
         self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
-        self._last_answer: tuple[Any, Unschedulable] | None = None  # the scheduler's last "wait", by view read
+        self._fresh_view = False  # the job released slices: the scheduler's next answer must see that
+        self._drains: dict[str, int] = {}  # the draining nodes, as the scheduler last said (see _draining)
+        self._draining_at = float("-inf")
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -381,138 +254,55 @@ class RaySliceProvider(SliceProvider):
         key, _, value = self.non_preemptible_tpu_label.partition("=")
         return {key.strip(): value.strip()}
 
-    def _view(self, tpu_type: str, label: dict[str, str], holders: bool = True, topology: str | None = None) -> _View:
-        """The slices of this type (with ``label``, and ``topology``: default the type's) in the cluster, from
-        Ray's own state (see :class:`_View`); ``holders=False``: not who holds the busy ones."""
-        spec = get_tpu_spec(tpu_type)
-        topology = topology or spec.topology
+    def _view(self, tpu_type: str, label: dict[str, str], topology: str | None = None) -> SliceView:
+        """The slices of this type (with ``label``, and ``topology``: default the type's) from this process's
+        shared copy of the cluster's state (see :func:`fray_ray.slices.slice_view`), without who holds the
+        busy ones. Read when the job claims: a queued job waits on the scheduler's view instead."""
         shared = ClusterView.shared()
-        nodes, nodes_read = shared.numbered("nodes")
-        every_host = {str(h) for h in range(spec.hosts)}
-        heads = {}
-        incomplete = []
-        slices: dict[str, TpuSlice] = {}
-        mismatched = []
-        for name, s in _discovered(nodes_read, nodes).items():
-            if s.pod_type != spec.name:
-                continue
-            if s.topology is not None and s.topology != topology:
-                mismatched.append(name)  # same type, another shape: its hosts would get a wrong TPU_TOPOLOGY
-                continue
-            head_ok = bool(s.head) and label.items() <= (nodes[s.head].get("Labels") or {}).items()
-            # a slice with a host down is no capacity: its host group could never be placed, and a job that
-            # kept claiming its head would wait on it forever
-            whole = set(s.hosts.values()) >= every_host if s.labelled else len(s.hosts) >= spec.hosts
-            if not whole:
-                if not label or head_ok:
-                    incomplete.append(name)
-                continue
-            if head_ok:
-                heads[s.head] = name
-                slices[name] = s
-        incomplete.sort()
-        avail, avail_read = shared.numbered("available")
-        free = [name for nid, name in heads.items() if avail.get(nid, {}).get(spec.head_resource, 0) >= 1]
-        held: dict[str, str] = {}
-        if holders:
-            # A placement group's bundle shows on its node as "<resource>_group_[<bundle>_]<group id>"
-            # (Ray's naming); the group's name says which job holds the head. Read this way, not from the
-            # whole placement-group table: Ray keeps every group ever removed in it (thousands on a busy
-            # cluster: ~34 ms of CPU per read at 1,500, bench/NOTES.md), and this runs every acquire round.
-            prefix = spec.head_resource + "_group_"
-            for nid, name in heads.items():
-                for key in avail.get(nid, {}):
-                    if key.startswith(prefix):
-                        job = self._group_job(key.rsplit("_", 1)[-1])
-                        if job:
-                            held[name] = job
-                            break
-        token = (nodes_read, avail_read)
-        return _View(sorted(heads.values()), sorted(free), held, incomplete, nodes, slices, sorted(mismatched), token)
-
-    def _group_job(self, group_id: str) -> str:
-        """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
-        Ray once per group (names never change)."""
-        job = self._group_jobs.get(group_id)
-        if job is None:
-            try:
-                pg = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
-                m = _HEAD_GROUP.match(placement_group_table(pg).get("name") or "")
-            except Exception:
-                return ""  # not a group id (a resource named like one), or Ray could not say: ask next time
-            job = self._group_jobs[group_id] = job_label(m.group(1)) if m else ""
-        return job
+        return slice_view(shared.numbered("nodes"), shared.numbered("available"), tpu_type, label, topology)
 
     def _admit(
-        self,
-        spec_name: str,
-        kind: str,
-        counts: Sequence[int],
-        label: dict[str, str],
-        alive: list[str],
-        free: list[str],
-        holders: dict[str, str],
-        incomplete: list[str],
-        members: dict[str, list[str]] | None = None,
-        deadline: float = 0.0,
-    ) -> tuple[int, list[str]] | Unschedulable:
-        """Ask the scheduler: the count to claim now and the slices not to take, or why the job waits (a
-        scheduler that has not answered by ``deadline`` included: :class:`SchedulerBehind`). ``members``: each
-        slice's node ids (its hardware, which quarantine is keyed by)."""
-        pool = self._pool(spec_name, label)
+        self, spec_name: str, kind: str, counts: Sequence[int], label: dict[str, str], deadline: float = 0.0
+    ) -> dict[str, Any] | Unschedulable:
+        """Ask the scheduler, which reads the cluster's state once for every queued job of the cluster (issue
+        29: a queued job reads nothing itself): its answer (``count``/``exclude`` to claim now, else ``held``/
+        ``reason``; both with the pool's ``total``/``free``/``busy`` slice counts and the ``transit`` slices),
+        or why the job waits when the scheduler has not answered by ``deadline`` (:class:`SchedulerBehind`)."""
+        fresh, self._fresh_view = self._fresh_view, False
         answer = self.scheduler.ask(
-            "acquire",
+            "acquire_pool",
             self.job_id,
-            pool,
             spec_name,
+            label,
+            self._topology,
             list(counts),
-            alive,
-            free,
-            holders,
             self.queue_ttl,
-            incomplete,
             self.submitted_at,
-            members,
+            fresh,
             timeout=max(ADMIT_WAIT_MIN, deadline - time.monotonic()),
-            key=(pool, tuple(counts)),
-        )
-        message = (
-            f"asked: {'/'.join(map(str, counts))} x {kind}; cluster has: {len(free)} free, "
-            f"{len(alive) - len(free)} busy"
+            key=(spec_name, tuple(counts)),
         )
         if isinstance(answer, SchedulerBehind):
             # The queue is the only admission there is: a job never takes slices on capacity alone because
             # the scheduler is slow (first come, first served would be lost without a word). It waits, held
             # (no attempt, no budget spent), and says why.
-            waiting = Unschedulable(f"{message}; {answer.reason()}", held=True, reason=answer.reason() + self._slow())
-            waiting.behind = True  # ask again next round (the call in flight), whatever the view
-            return waiting
-        if "count" in answer:
-            return answer["count"], answer["exclude"]
-        return Unschedulable(message, held=answer["held"], reason=answer["reason"] + self._slow())
+            asked = "/".join(map(str, counts))
+            return Unschedulable(f"asked: {asked} x {kind}; {answer.reason()}", held=True, reason=answer.reason())
+        return answer
 
     @staticmethod
-    def _slow() -> str:
+    def _slow(took: float) -> str:
         """What a pending reason adds when reading the cluster's state is slow (the GCS is behind)."""
-        took = ClusterView.shared().read_seconds("nodes")
         return f"; the cluster's state took {took:.1f} s to read (the GCS is slow)" if took >= SLOW_READ_S else ""
 
     def free_slices(self, tpu_type: str) -> int:
         """Free slices of ``tpu_type`` this job could take now (with the label its request needs, not
         quarantined, not reserved for an older queued job): how an elastic job knows it could grow (see
-        ``SliceProvider``). Without a scheduler's answer: the free slices."""
+        ``SliceProvider``). Asked of the scheduler (its view of the cluster is shared by every job); none
+        while it does not answer."""
         spec = get_tpu_spec(tpu_type)
-        view = self._view(spec.name, self._job_label, holders=False, topology=self._topology)
-        free = view.free
-        answer = self.scheduler.call(
-            "free_for", self.job_id, self._pool(spec.name, self._job_label), free, _members(view)
-        )
-        return len(free) if answer is None else int(answer)
-
-    @staticmethod
-    def _pool(spec_name: str, label: dict[str, str]) -> str:
-        """The scheduler's queue for slices of this type with this label."""
-        return spec_name + "".join(f";{k}={v}" for k, v in sorted(label.items()))
+        answer = self.scheduler.call("free_in_pool", self.job_id, spec.name, self._job_label, self._topology)
+        return 0 if answer is None else int(answer)
 
     def _acquire_tpu(
         self, tpu: TpuConfig, counts: Sequence[int], deadline: float, label: dict[str, str]
@@ -524,51 +314,59 @@ class RaySliceProvider(SliceProvider):
         if self._topology != spec.topology:
             kind += f" ({self._topology})"
         while True:
-            view = self._view(spec.name, label, topology=self._topology)
-            alive, free, holders, incomplete = view.alive, view.free, view.holders, view.incomplete
-            total = len(alive) + len(incomplete)  # a slice with a host down still exists: it may come back whole
-            seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), total)
+            answer = self._admit(spec.name, kind, counts, label, deadline)
+            if isinstance(answer, Unschedulable):  # the scheduler is behind
+                self._sleep_until(deadline)
+                raise answer.with_traceback(None)
+            # a slice with a host down still exists: it may come back whole
+            seen = self._max_slices_seen[spec.name] = max(self._max_slices_seen.get(spec.name, 0), answer["total"])
             if min(counts) > seen and not self.autoscaling:
                 raise Unschedulable(
                     f"asked: {asked} x {kind}; the Ray cluster has {seen} slice(s) of {kind} in all "
                     "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
                     permanent=True,
                 )
-            last = self._last_answer
-            if last is not None and last[0] == (view.token, tuple(counts)):
-                admitted = last[1]  # the scheduler saw this very view: its answer stands (no call, no GCS read)
-            else:
-                admitted = self._admit(
-                    spec.name, kind, counts, label, alive, free, holders, incomplete, _members(view), deadline
-                )
-                if isinstance(admitted, Unschedulable) and not getattr(admitted, "behind", False):
-                    self._last_answer = ((view.token, tuple(counts)), admitted)
-            if not isinstance(admitted, Unschedulable):
+            if "count" in answer:
                 break
-            if not (self._in_transit(alive, free, holders) and time.monotonic() + TRANSIT_STEP < deadline):
+            waiting = Unschedulable(
+                f"asked: {asked} x {kind}; cluster has: {answer['free']} free, {answer['busy']} busy",
+                held=answer["held"],
+                reason=answer["reason"] + self._slow(answer.get("slow", 0.0)),
+            )
+            if not (self._in_transit(answer["transit"]) and time.monotonic() + TRANSIT_STEP < deadline):
                 self._sleep_until(deadline)
-                raise admitted.with_traceback(None)  # reused across rounds: no growing traceback
+                raise waiting
             time.sleep(TRANSIT_STEP)
-        count, exclude = admitted
+        count, exclude = int(answer["count"]), list(answer["exclude"])
+        # Admitted: this process reads the cluster's state now, once, for the slices' nodes and names.
+        view = self._view(spec.name, label, self._topology)
+        free = view.free
         if any(not view.slices[n].labelled for n in free):
             leases = self._claim_by_resources(
-                spec.name, count, deadline, [n for n in free if n not in exclude], len(free), total, view
+                spec.name, count, deadline, [n for n in free if n not in exclude], len(free), answer["total"], view
             )
         else:
             leases = self._claim(
-                spec.name, count, deadline, label, exclude + view.mismatched, len(free), total, view.nodes, view.slices
+                spec.name,
+                count,
+                deadline,
+                label,
+                exclude + view.mismatched,
+                len(free),
+                answer["total"],
+                view.nodes,
+                view.slices,
             )
         self.scheduler.notify("claimed", self.job_id)
         return leases
 
-    def _in_transit(self, alive: list[str], free: list[str], holders: dict[str, str]) -> bool:
+    def _in_transit(self, busy_unheld: Sequence[str]) -> bool:
         """A slice is busy but no job holds it, first seen so less than ``TRANSIT_S`` ago: most likely a
         job that just ended removed its groups and Ray's view has not caught up (it lags by up to ~0.1 s),
         so looking again in ``TRANSIT_STEP`` beats sleeping out the round. A slice busy for another reason
         (work outside fray) gets those quick looks for ``TRANSIT_S`` only."""
         now = time.monotonic()
-        busy = set(alive) - set(free) - set(holders)
-        self._transit = {name: self._transit.get(name, now) for name in busy}
+        self._transit = {name: self._transit.get(name, now) for name in busy_unheld}
         return any(now - first < TRANSIT_S for first in self._transit.values())
 
     def _claim(
@@ -664,7 +462,7 @@ class RaySliceProvider(SliceProvider):
         return leases
 
     def _claim_by_resources(
-        self, tpu_type: str, count: int, deadline: float, candidates: list[str], free: int, total: int, view: _View
+        self, tpu_type: str, count: int, deadline: float, candidates: list[str], free: int, total: int, view: SliceView
     ) -> list[SliceLease]:
         """Reserve ``count`` of the free ``candidates`` on a cluster whose slices carry no ``ray.io/tpu-*``
         labels: one placement group per slice, bound to it by its slice-name resource, bundle 0 on worker 0
@@ -795,8 +593,9 @@ class RaySliceProvider(SliceProvider):
         until the nodes have the resources of the groups it released back, so a job that grows sees the
         slices it held as free instead of taking fewer."""
         pending, self._released = self._released, set()
-        if pending:  # the shared copy may predate the release: this job's next view must show it
+        if pending:  # the shared copies may predate the release: this job's next views must show it
             ClusterView.shared().invalidate("available")
+            self._fresh_view = True
         end = time.monotonic() + RELEASE_TIMEOUT
         while pending:
             # a placement group's bundles are node resources named ``<resource>_group_[<bundle>_]<group id>``
@@ -874,11 +673,7 @@ class RaySliceProvider(SliceProvider):
                 runs.append(self._start_host(lease, pg, spec, entry, is_tpu))
         except BaseException:
             # all or nothing (see SliceProvider.start): the host tasks already submitted must not run on
-            for r in runs:
-                try:
-                    ray.cancel(r.handle.ref, force=True)
-                except Exception:
-                    pass  # already finished
+            _cancel_unfinished([r.handle.ref for r in runs])
             raise
         return runs
 
@@ -920,7 +715,7 @@ class RaySliceProvider(SliceProvider):
         if now - self._last_health >= HEALTH_INTERVAL:
             self._last_health = now
             self._check_health([lease for lease in leases if lease.handle is not None])
-        draining = ClusterView.shared().draining() if any(lease.handle is not None for lease in leases) else {}
+        draining = self._draining() if any(lease.handle is not None for lease in leases) else {}
         out = []
         for lease in leases:
             res = lease.handle[0] if lease.handle is not None else None
@@ -939,6 +734,18 @@ class RaySliceProvider(SliceProvider):
             else:
                 out.append(LeaseHealth.intact())
         return out
+
+    def _draining(self) -> dict[str, int]:
+        """The nodes Ray drains (node id -> deadline, ms since the epoch; 0: none given), as the scheduler
+        last read them: one read a second for the whole cluster, not one per supervisor (Ray's handler
+        walks every node: 8 ms of GCS work a call at 16,000 hosts, issue 29). Asked at most once per
+        ``HEALTH_INTERVAL``; a scheduler that has not answered yet leaves the last answer standing."""
+        now = time.monotonic()
+        if now - self._draining_at >= HEALTH_INTERVAL:
+            answer = self.scheduler.ask("draining", timeout=DRAIN_ASK_WAIT)
+            if isinstance(answer, dict):
+                self._drains, self._draining_at = answer, now
+        return self._drains
 
     @property
     def detection_delay(self) -> float:
@@ -1084,10 +891,7 @@ class RaySliceProvider(SliceProvider):
             lost = run.lease.handle[0].lost if run.lease.handle is not None else None
             if lost is not None and not run.handle.reported:
                 run.handle.reported = True
-                try:
-                    ray.cancel(run.handle.ref, force=True)  # it may still wait for a node that is gone
-                except Exception:
-                    pass
+                _cancel_unfinished([run.handle.ref])  # it may still wait for a node that is gone
                 out.append(HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"SliceLost: {lost}"))
         return out
 
@@ -1194,11 +998,7 @@ class RaySliceProvider(SliceProvider):
             stopping = self._sigterm(live)
             if stopping:
                 ray.wait([r.handle.ref for r in stopping], num_returns=len(stopping), timeout=grace, fetch_local=False)
-        for r in live:
-            try:
-                ray.cancel(r.handle.ref, force=True)
-            except Exception:
-                pass  # already finished
+        _cancel_unfinished([r.handle.ref for r in live])
 
     def _sigterm(self, runs: list[HostRun]) -> list[HostRun]:
         """Send SIGTERM to the processes of the ``runs`` that reported in, each by a task pinned to its
@@ -1215,6 +1015,22 @@ class RaySliceProvider(SliceProvider):
             ).remote(process, signal.SIGTERM)
             out.append(r)
         return out
+
+
+def _cancel_unfinished(refs: Sequence[Any]) -> None:
+    """``ray.cancel(force=True)`` the tasks of ``refs`` that have not finished, never a finished one. A
+    cancel that races with the task's own reply crashes the owner, here the job's supervisor (Ray's
+    RAY_CHECK "Tried to complete task that was not pending", seen in an elastic resize on the emulated
+    cluster; ray-project/ray#54527 fixed one path of that race): a host that ended on its SIGTERM has
+    nothing to cancel, and asking first leaves only the instant between the look and the cancel."""
+    if not refs:
+        return
+    _, unfinished = ray.wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
+    for ref in unfinished:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:
+            pass  # finished meanwhile
 
 
 #: Ray's defaults for the GCS's node health checks (ray_config_def.h): period, timeout (ms), failure threshold.
@@ -1246,11 +1062,6 @@ def health_checks() -> tuple[float, float, int]:
         values["health_check_timeout_ms"] / 1000.0,
         max(1, values["health_check_failure_threshold"]),
     )
-
-
-def _members(view: _View) -> dict[str, list[str]]:
-    """Each alive slice's node ids (what quarantine is keyed by: a reused slice name is new hardware)."""
-    return {name: sorted(s.hosts) for name, s in view.slices.items()}
 
 
 def _tpu_per_host(chips: int) -> float:

@@ -2,23 +2,29 @@
 job (every supervisor, of every client) of the cluster.
 
 One named, detached actor per namespace (:data:`SCHEDULER_NAME`), created by the first supervisor that
-needs it (``get_if_exists``). It holds only policy (``fray_core.scheduling``): the supervisors observe the
-cluster (which slices are alive, free, held by which job) and ask it, before they claim slice heads, how
-many slices they may claim now (:meth:`Scheduler.acquire`). Placement groups stay the real arbiter: the
-queue only orders. An admitted job keeps its place, reserving the count it was admitted for, until it
-reports its claim done (:meth:`Scheduler.claimed`) or its entry expires, so two supervisors admitted at
-once do not both count the same free slices.
+needs it (``get_if_exists``). It holds the policy (``fray_core.scheduling``) and the one view of the cluster
+every queued job is judged by: a supervisor asks it, before it claims slice heads, how many slices it may
+claim now (:meth:`Scheduler.acquire_pool`), and the scheduler answers from its own copy of the cluster's
+state (which slices are alive, free, held by which job), read at most once a second for every job of the
+cluster (``fray_ray.view.ClusterView``, in a thread, so calls are never held up by a slow GCS). A queued
+job reads nothing from the GCS itself: at 16,000 hosts one read of the node table is ~150 ms of GCS CPU,
+and one a second per queued job saturated the GCS at a handful of jobs (issue 29). Placement groups stay
+the real arbiter: the queue only orders. An admitted job keeps its place, reserving the count it was
+admitted for, until it reports its claim done (:meth:`Scheduler.claimed`) or its entry expires, so two
+supervisors admitted at once do not both count the same free slices.
 
 An entry not renewed for ``ttl`` seconds (a supervisor killed hard) is dropped; ``leave`` (at job end)
 drops it at once. If the actor dies its state (queue and quarantines) is lost: the next call creates a
 fresh one and jobs go on (:class:`SchedulerClient`).
 
-It is an async actor whose methods never await: each call runs to completion on one event loop, in the
-order calls arrive, and none blocks (no lock needed).
+It is an async actor on one event loop: a call awaits only the cluster's state (a read in a thread, one at
+a time, shared by every call that needs it), and from then on runs to completion, so the queue needs no
+lock.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -30,14 +36,28 @@ import ray
 import ray.exceptions as rex
 
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
+from fray_ray.slices import SliceView, head_group_job, members, slice_view
+from fray_ray.view import REFRESH_S, ClusterView, NodeFeed
 
-__all__ = ["SCHEDULER_NAME", "Scheduler", "SchedulerBehind", "SchedulerClient", "job_label", "missing_slices"]
+__all__ = [
+    "SCHEDULER_NAME",
+    "Scheduler",
+    "SchedulerBehind",
+    "SchedulerClient",
+    "job_label",
+    "missing_slices",
+    "pool_name",
+]
 
-SCHEDULER_NAME = "fray-scheduler"
+# The version is in the name: a detached scheduler of an older Fray lives on in a long-lived cluster, and
+# a newer client must not call methods it lacks (v2: it reads the cluster's state itself, acquire_pool).
+SCHEDULER_NAME = "fray-scheduler-v2"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
 # The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
 # caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
 ACTOR_RESOURCE = 0.0001
+FEED_START_TIMEOUT = 30.0  # seconds the node table's feed may take to start (subscribe and one full read)
+FEED_RETRY = 30.0  # seconds before a feed that failed is tried again (full reads meanwhile)
 
 
 @attrs.frozen
@@ -67,6 +87,15 @@ def job_label(job_id: str) -> str:
     return _JOB_ID_TAIL.sub("", job_id) or job_id
 
 
+def pool_name(tpu_type: str, label: dict[str, str]) -> str:
+    """The scheduler's queue for slices of this type with this node label.
+
+    >>> pool_name("v4-16", {"pool": "reserved"})
+    'v4-16;pool=reserved'
+    """
+    return tpu_type + "".join(f";{k}={v}" for k, v in sorted(label.items()))
+
+
 def missing_slices(alive: int, seen: int, incomplete: Sequence[str] = ()) -> list[str]:
     """What a pending reason says is missing: slices with a host down (named), and the rest of the most
     ever seen, lost.
@@ -83,7 +112,11 @@ class Scheduler:
     """Actor body (see module doc). ``quarantine_*``: see ``RayCluster``; the first client's values apply."""
 
     def __init__(
-        self, quarantine_after: int = 2, quarantine_window: float = 3600.0, quarantine_for: float = 1800.0
+        self,
+        quarantine_after: int = 2,
+        quarantine_window: float = 3600.0,
+        quarantine_for: float = 1800.0,
+        follow_nodes: bool = True,
     ) -> None:
         self._queues: dict[str, FairQueue] = {}
         self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name="fray-scheduler")
@@ -91,6 +124,157 @@ class Scheduler:
         # Quarantine is keyed by the failed host's node id (its hardware: a restarted KubeRay pod keeps its
         # TPU_NAME but is a new node), by the slice name only when a caller did not say the node.
         self._hosts: dict[str, tuple[str, int]] = {}  # quarantine key -> (slice name, host index)
+        self._cluster: ClusterView | None = None  # made on first use (the actor's body is also used without Ray)
+        self._reading: dict[str, asyncio.Future[Any]] = {}  # kind of state -> its read in flight
+        self._group_jobs: dict[str, str] = {}  # placement group id -> the job whose slice head it holds ("": none)
+        # The node table from Ray's node-change channel (NodeFeed) rather than a full read a second: off in
+        # tests of the actor's body that give it a table of their own, and after the feed failed to start.
+        self._follow_nodes = follow_nodes
+        self._feed: NodeFeed | None = None
+        self._feed_starting: asyncio.Future[Any] | None = None
+        self._feed_retry_at = 0.0
+
+    async def _state_of(self, kind: str) -> tuple[Any, int]:
+        """The cluster's ``kind`` state (numbered, see ``ClusterView.numbered``): the copy when it is fresh
+        enough, else one read in a thread that every call needing it awaits (the event loop stays free)."""
+        if self._cluster is None:
+            self._cluster = ClusterView()
+        if kind == "nodes":
+            feed = await self._node_feed()
+            if feed is not None:
+                return feed.numbered()
+        if self._cluster.age(kind) < REFRESH_S:
+            return self._cluster.numbered(kind)
+        reading = self._reading.get(kind)
+        if reading is None:
+            reading = asyncio.get_running_loop().run_in_executor(None, self._cluster.numbered, kind)
+            self._reading[kind] = reading
+            reading.add_done_callback(lambda _f, k=kind: self._reading.pop(k, None))
+        return await asyncio.shield(reading)
+
+    async def _node_feed(self) -> NodeFeed | None:
+        """The node table's feed once it runs (started by the first call that needs it, every other call
+        awaiting that start); ``None`` while it cannot be had: the node table is then read in full, at most
+        once a second, and a feed is tried again after ``FEED_RETRY`` seconds."""
+        if not self._follow_nodes:
+            return None
+        if self._feed is not None and not self._feed.healthy:
+            self._feed.close()
+            self._feed, self._feed_retry_at = None, time.monotonic() + FEED_RETRY
+        if self._feed is None and self._feed_starting is None and time.monotonic() >= self._feed_retry_at:
+            self._feed_starting = asyncio.ensure_future(self._start_feed())
+        if self._feed_starting is not None:
+            await asyncio.shield(self._feed_starting)
+        return self._feed
+
+    async def _start_feed(self) -> None:
+        try:
+            feed = NodeFeed(ray.get_runtime_context().gcs_address)
+            await asyncio.wait_for(feed.start(), FEED_START_TIMEOUT)
+            self._feed = feed
+        except Exception:  # noqa: BLE001 - full reads instead, and another try later
+            self._feed_retry_at = time.monotonic() + FEED_RETRY
+        finally:
+            self._feed_starting = None
+
+    async def _view(
+        self, tpu_type: str, label: dict[str, str], topology: str | None, holders: bool, fresh: bool = False
+    ) -> SliceView:
+        if fresh and self._cluster is not None and "available" not in self._reading:
+            self._cluster.invalidate("available")  # a job released slices: its next answer must see them free
+        nodes = await self._state_of("nodes")
+        available = await self._state_of("available")
+        return slice_view(nodes, available, tpu_type, label, topology, self._group_job if holders else None)
+
+    def _group_job(self, group_id: str) -> str:
+        """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
+        Ray once per group (names never change)."""
+        job = self._group_jobs.get(group_id)
+        if job is None:
+            from ray.util.placement_group import PlacementGroup, placement_group_table
+
+            try:
+                pg = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
+                holder = head_group_job(placement_group_table(pg).get("name") or "")
+            except Exception:
+                return ""  # not a group id (a resource named like one), or Ray could not say: ask next time
+            job = self._group_jobs[group_id] = job_label(holder) if holder else ""
+        return job
+
+    async def acquire_pool(
+        self,
+        job_id: str,
+        tpu_type: str,
+        label: dict[str, str],
+        topology: str | None,
+        counts: Sequence[int],
+        ttl: float,
+        since: float | None = None,
+        fresh: bool = False,
+    ) -> dict[str, Any]:
+        """May ``job_id`` claim ``counts`` (largest first) slices of ``tpu_type`` with node ``label`` and
+        ``topology`` now? Judged on this actor's view of the cluster (see the module doc); ``fresh``: the job
+        released slices since it last asked (read the free slices again). The answer of :meth:`acquire`, plus
+        the pool's slices: ``total`` (alive or with a host down), ``free``, ``busy``, ``transit`` (busy and
+        held by no job: most likely just released) and ``slow`` (seconds the last read of the node table
+        took).
+
+        >>> import asyncio
+        >>> s = Scheduler(follow_nodes=False)
+        >>> s._cluster = ClusterView()
+        >>> for kind in ("nodes", "available"):  # a cluster with no TPU slice (no Ray needed for this)
+        ...     s._cluster._state[kind].read = dict
+        >>> asyncio.run(s.acquire_pool("job-a", "v4-16", {}, None, [1], 30.0))["total"]
+        0
+        """
+        try:
+            view = await self._view(tpu_type, label, topology, holders=True, fresh=fresh)
+        except Exception as e:  # the GCS did not answer: wait, held, and say so (never admit blind)
+            why = f"could not read the cluster's state ({type(e).__name__}: {e}); retrying"
+            total = self._seen.get(pool_name(tpu_type, label), 0)
+            return {"held": True, "reason": why, "total": total, "free": 0, "busy": 0, "transit": [], "slow": 0.0}
+        answer = await self.acquire(
+            job_id,
+            pool_name(tpu_type, label),
+            tpu_type,
+            counts,
+            view.alive,
+            view.free,
+            view.holders,
+            ttl,
+            view.incomplete,
+            since,
+            members(view),
+        )
+        assert self._cluster is not None
+        answer.update(
+            total=len(view.alive) + len(view.incomplete),
+            free=len(view.free),
+            busy=len(view.alive) - len(view.free),
+            transit=sorted(set(view.alive) - set(view.free) - set(view.holders)),
+            slow=0.0 if self._feed is not None else self._cluster.read_seconds("nodes"),
+        )
+        return answer
+
+    async def draining(self) -> dict[str, int]:
+        """The nodes Ray drains, node id -> deadline (ms since the epoch, 0: none given), read at most once a
+        second for every running job of the cluster (``{}`` when the GCS cannot say: a lost node still shows
+        in the job's own placement groups)."""
+        try:
+            value, _ = await self._state_of("draining")
+        except Exception:
+            return {}
+        return dict(value)
+
+    async def free_in_pool(self, job_id: str, tpu_type: str, label: dict[str, str], topology: str | None) -> int:
+        """Of the free slices of ``tpu_type`` with ``label`` and ``topology``, how many ``job_id`` could take
+        now (:meth:`free_for`, on this actor's view of the cluster); 0 when the cluster's state cannot be
+        read."""
+        try:
+            view = await self._view(tpu_type, label, topology, holders=False)
+        except Exception:
+            return 0
+        return await self.free_for(job_id, pool_name(tpu_type, label), view.free, members(view))
 
     def _quarantined(
         self, alive: Sequence[str], members: dict[str, Sequence[str]] | None, now: float

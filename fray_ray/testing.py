@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -144,20 +144,23 @@ class IsolationUnavailable(RuntimeError):
 # node reads, as Ray's log monitor would; the GCS is TCP), /dev/shm (each raylet's object store) and /proc.
 # Python itself stays where it is, put back inside a hidden directory when it lies there (CI's venv is
 # .ci/.venv in the checkout): the host's interpreter, as a real host has one installed, and nothing else.
+# So do the ``shared`` directories a test harness names (its own gate files, like a shared mount), stashed
+# before /tmp is replaced, since they may lie in it.
 _ISOLATE_SH = r"""set -e
-mount --bind "$FRAY_ISO_SESSION" "$FRAY_ISO_STASH"
-mount -t tmpfs -o size=512m,mode=1777 fray-host-tmp /tmp
-mkdir -p "$FRAY_ISO_SESSION"
-mount --bind "$FRAY_ISO_STASH" "$FRAY_ISO_SESSION"
 IFS='
 '
 i=0
 for k in $FRAY_ISO_KEEP; do mount --bind "$k" "$FRAY_ISO_STASH-keep/$i"; i=$((i+1)); done
+mount --bind "$FRAY_ISO_SESSION" "$FRAY_ISO_STASH"
+mount -t tmpfs -o size=512m,mode=1777 fray-host-tmp /tmp
+mkdir -p "$FRAY_ISO_SESSION"
+mount --bind "$FRAY_ISO_STASH" "$FRAY_ISO_SESSION"
 for d in $FRAY_ISO_HIDE; do mount -t tmpfs -o size=1m,mode=755 fray-hidden "$d"; done
 i=0
 for k in $FRAY_ISO_KEEP; do mkdir -p "$k"; mount --bind "$FRAY_ISO_STASH-keep/$i" "$k"; i=$((i+1)); done
 export PYTHONPATH="$FRAY_ISO_SITE"
-unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_KEEP FRAY_ISO_SITE
+export PATH="$FRAY_ISO_BIN:$PATH"
+unset FRAY_ISO_SESSION FRAY_ISO_STASH FRAY_ISO_HIDE FRAY_ISO_KEEP FRAY_ISO_SITE FRAY_ISO_BIN
 exec "$@"
 """
 
@@ -193,8 +196,9 @@ class _Isolation:
             )
 
     @classmethod
-    def make(cls) -> _Isolation:
-        """A copy of fray as every isolated host has it installed, and the paths of the client to hide."""
+    def make(cls, shared: Sequence[str] = ()) -> _Isolation:
+        """A copy of fray as every isolated host has it installed, and the paths of the client to hide;
+        ``shared``: directories every host still sees (see :func:`fake_tpu_cluster`)."""
         import importlib.util
 
         root = tempfile.mkdtemp(prefix="fray-isolated-", dir="/run" if os.access("/run", os.W_OK) else "/var/tmp")
@@ -227,9 +231,13 @@ class _Isolation:
         if any("\n" in k for k in inside):
             shutil.rmtree(root, ignore_errors=True)
             raise IsolationUnavailable(f"fake_tpu_cluster(isolated=True): a newline in Python's path {inside}")
-        for i in range(len(inside)):
+        kept = inside + sorted({os.path.realpath(p) for p in shared} - set(inside))
+        if any("\n" in k for k in kept):
+            shutil.rmtree(root, ignore_errors=True)
+            raise IsolationUnavailable(f"fake_tpu_cluster(isolated=True): a newline in a shared path {kept}")
+        for i in range(len(kept)):
             os.makedirs(os.path.join(root, f"session-keep/{i}"))
-        return cls(root=root, hide=hide, keep=inside)
+        return cls(root=root, hide=hide, keep=kept)
 
     def wrap(self, command: list[str]) -> list[str]:
         session = next((c.split("=", 1)[1] for c in command if c.startswith("--session_dir=")), None)
@@ -244,6 +252,9 @@ class _Isolation:
             f"FRAY_ISO_HIDE={chr(10).join(self.hide)}",
             f"FRAY_ISO_KEEP={chr(10).join(self.keep)}",
             f"FRAY_ISO_SITE={os.path.join(self.root, 'site')}",
+            # the host's Python first on its PATH, as installed there: the client's may be a shim in its
+            # home (pyenv), which a host does not have
+            f"FRAY_ISO_BIN={os.path.dirname(sys.executable)}",
             "unshare",
             "--mount",
             "--propagation",
@@ -611,6 +622,7 @@ def fake_tpu_cluster(
     health_check_period: float | None = None,
     labels: bool = True,
     isolated: bool = False,
+    shared: Sequence[str] = (),
 ) -> Iterator[FakeTpuCluster]:
     """Start a multi-node Ray cluster on this machine whose nodes are emulated TPU hosts.
 
@@ -633,7 +645,9 @@ def fake_tpu_cluster(
     isolated the same way (its workers are the supervisors and the scheduler): this process is a client that
     reaches the cluster by its address, and a job store on its disk only is one the cluster cannot read.
     Needs mount namespaces (root, ``unshare``): else
-    :class:`IsolationUnavailable`, so a test skips saying why instead of passing unisolated.
+    :class:`IsolationUnavailable`, so a test skips saying why instead of passing unisolated. ``shared``:
+    directories every node still sees, for a test harness's own files (the test's gate and marker files, as
+    a shared mount would carry them); fray itself must never need one.
 
     Ray's idle worker pool is off (``num_workers_soft_limit`` 0): every node shares this machine's cores, so
     a worker Ray prestarts on the head slows the emulated hosts, which on a real cluster it would not.
@@ -674,7 +688,7 @@ def fake_tpu_cluster(
     isolation = None
     if isolated:
         _Isolation.check()
-        isolation = _Isolation.make()
+        isolation = _Isolation.make(shared)
     # isolated: the head too is a machine of its own (its raylet, so the supervisors and the scheduler, see
     # neither the client's files nor its /tmp); the client reaches it through the address, as from elsewhere
     with isolation.starting() if isolation is not None else contextlib.nullcontext():

@@ -142,3 +142,97 @@ class ClusterView:
     def reads(self, kind: str) -> int:
         """How many times ``kind`` was read from the GCS by this process (what the sharing saves shows here)."""
         return self._state[kind].reads
+
+
+def node_entry(info: Any) -> dict[str, Any]:
+    """A ``GcsNodeInfo`` message as ``ray.nodes()`` shows the node (the fields Fray reads)."""
+    from ray.core.generated import gcs_pb2
+
+    return {
+        "NodeID": info.node_id.hex(),
+        "Alive": info.state == gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE,
+        "NodeManagerAddress": info.node_manager_address,
+        "Resources": dict(info.resources_total),
+        "Labels": dict(info.labels),
+    }
+
+
+class NodeFeed:
+    """The live node table kept by Ray's node-change channel (``GCS_NODE_INFO_CHANNEL``, as Ray's dashboard
+    reads it): one full read after subscribing, then only what changed. A full read of the node table is
+    O(N) for the GCS (~250 ms of its CPU at 16,000 hosts, issue 29); a node joining or leaving is one small
+    message. Used by the scheduler actor (an asyncio event loop): :meth:`start` once, :meth:`numbered` for
+    the table. The table is read again in full every ``resync`` seconds, and whenever following the channel
+    failed (a GCS restart: messages may have been missed), so a missed message costs at most that long.
+
+    >>> NodeFeed("127.0.0.1:6379").healthy
+    False
+    """
+
+    def __init__(self, gcs_address: str, resync: float = 300.0) -> None:
+        self.gcs_address = gcs_address
+        self.resync = resync
+        self.table: dict[str, dict[str, Any]] = {}  # replaced, never changed in place (readers keep a copy)
+        self.version = 0
+        self.full_reads = 0  # how many times the whole table was read (the rest came as changes)
+        self.healthy = False
+        self.error = ""
+        self._task: Any = None
+
+    async def start(self) -> None:
+        """Subscribe, read the table in full, and follow the channel in a task of the running loop."""
+        import asyncio
+
+        from ray._private.gcs_pubsub import GcsAioNodeInfoSubscriber
+
+        subscriber = GcsAioNodeInfoSubscriber(address=self.gcs_address)
+        await subscriber.subscribe()  # first: a change between the full read and the subscription is not missed
+        await self._full_read()
+        self.healthy = True
+        self._task = asyncio.get_running_loop().create_task(self._follow(subscriber))
+
+    async def _full_read(self) -> None:
+        import asyncio
+
+        table = await asyncio.get_running_loop().run_in_executor(None, _read_nodes)
+        self.table, self.version, self.full_reads = table, self.version + 1, self.full_reads + 1
+
+    async def _follow(self, subscriber: Any) -> None:
+        last_full = time.monotonic()
+        try:
+            while True:
+                updates = await subscriber.poll(batch_size=1000, timeout=self.resync)
+                if time.monotonic() - last_full >= self.resync:
+                    await self._full_read()
+                    last_full = time.monotonic()
+                    continue
+                if not updates:
+                    continue
+                table = dict(self.table)
+                for _, info in updates:
+                    entry = node_entry(info)
+                    if entry["Alive"]:
+                        # a message may carry only what changed: keep what the table knew of the node
+                        old = table.get(entry["NodeID"], {})
+                        table[entry["NodeID"]] = {
+                            **old,
+                            **{k: v for k, v in entry.items() if v or k not in old},
+                        }
+                    else:
+                        table.pop(entry["NodeID"], None)
+                self.table, self.version = table, self.version + 1
+        except Exception as e:  # noqa: BLE001 - the caller falls back to full reads, saying why
+            self.healthy, self.error = False, f"{type(e).__name__}: {e}"
+        finally:
+            try:
+                await subscriber.close()
+            except Exception:
+                pass
+
+    def numbered(self) -> tuple[dict[str, dict[str, Any]], int]:
+        """The table and its version (a new number, and a new dict, with every change)."""
+        return self.table, -self.version  # negative: never equal to a ClusterView read number
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

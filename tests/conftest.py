@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from typing import Any
 
 import pytest
@@ -52,15 +53,30 @@ _RAY_SESSION = contextlib.ExitStack()  # this process's emulated Ray cluster, cl
 _RAY_FAKE: list[Any] = []
 
 
-def _ray_fake() -> Any:
+def _ray_fake(basetemp: str) -> Any:
     """One emulated Ray TPU cluster (head + 2 x v4-16 = 4 emulated hosts) for the session, started by the first
     test that asks for it and shut down after the last Ray test (pytest_runtest_teardown below), so the tests
-    that run after the Ray tests in this process are not inside Ray."""
+    that run after the Ray tests in this process are not inside Ray.
+
+    Isolated (issue 28): the head and every host are machines of their own as far as files go (a private
+    /tmp, no working tree, no home, fray as installed), so the whole Ray suite runs as on a real cluster.
+    Only ``basetemp`` stays shared: the tests' own gate and marker files (``tmp_path``), as a shared mount
+    would carry them. Where mount namespaces are not permitted it runs unisolated and the summary says so
+    (a warning; CI runs as root: there it is always isolated, and ``CI=true`` makes a missing isolation an
+    error)."""
     pytest.importorskip("ray")
-    from fray_ray.testing import fake_tpu_cluster
+    from fray_ray.testing import IsolationUnavailable, fake_tpu_cluster
 
     if not _RAY_FAKE:
-        _RAY_FAKE.append(_RAY_SESSION.enter_context(fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0)))
+        try:
+            cm = fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0, isolated=True, shared=[basetemp])
+            _RAY_FAKE.append(_RAY_SESSION.enter_context(cm))
+        except IsolationUnavailable as e:
+            if os.environ.get("CI") == "true":
+                raise
+            # a warning, so pytest's summary says it (from an xdist worker too)
+            warnings.warn(f"the Ray tests run on an UNISOLATED emulated cluster: {e}", stacklevel=1)
+            _RAY_FAKE.append(_RAY_SESSION.enter_context(fake_tpu_cluster({"v4-16": 2}, health_check_period=1.0)))
     return _RAY_FAKE[0]
 
 
@@ -83,12 +99,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture
-def ray_tpu_cluster(_isolated_jobs_dir: None):  # type: ignore[no-untyped-def]
+def ray_tpu_cluster(_isolated_jobs_dir: None, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The session's emulated Ray TPU cluster, handed to each test as a fresh one: afterwards every job the
     test left running is stopped, every placement group must be gone and every slice whole again. A test
     that left something behind fails (nothing may outlive its job), and the next test starts clean instead
     of waiting behind it."""
-    fake = _ray_fake()
+    fake = _ray_fake(str(tmp_path_factory.getbasetemp()))
     yield fake
     leftovers = fake.cleanup()
     if leftovers:

@@ -218,3 +218,76 @@ def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploa
     assert upload_code({"working_dir": "gcs://_ray_pkg_9.zip"}, upload=upload) == {
         "working_dir": "gcs://_ray_pkg_9.zip"
     }
+
+
+def scheduler_over(nodes: dict[str, dict[str, Any]], available: dict[str, dict[str, float]]) -> tuple[Scheduler, dict]:
+    """The scheduler's body with its cluster reads replaced by this table (counted per kind)."""
+    from fray_ray.view import ClusterView
+
+    reads = {"nodes": 0, "available": 0}
+
+    def reader(kind: str, value: dict) -> Any:
+        def read() -> dict:
+            reads[kind] += 1
+            return value
+
+        return read
+
+    scheduler = Scheduler(follow_nodes=False)
+    scheduler._cluster = ClusterView()
+    scheduler._cluster._state["nodes"].read = reader("nodes", nodes)
+    scheduler._cluster._state["available"].read = reader("available", available)
+    return scheduler, reads
+
+
+def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
+    """Issue 29: a queued job reads nothing from the GCS itself; the scheduler answers every queued job of
+    the cluster from one read of the node table and one of the available resources (at most once per
+    REFRESH_S), however many ask at once. Its answer carries what the job's pending reason and the
+    never-fits check need: the pool's total, free and busy slices."""
+    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 0), ("v4-16", "b", 1)], labels=True)
+    for nid, n in nodes.items():
+        n.update(NodeID=nid, Alive=True)
+    head_a = next(
+        nid
+        for nid, n in nodes.items()
+        if n["Labels"].get("ray.io/tpu-slice-name") == "a" and "TPU-v4-16-head" in n["Resources"]
+    )
+    head_b = next(
+        nid
+        for nid, n in nodes.items()
+        if n["Labels"].get("ray.io/tpu-slice-name") == "b" and "TPU-v4-16-head" in n["Resources"]
+    )
+    group = "ab" * 14  # slice a's head is held by job "holder"'s head group
+    available = {head_a: {"TPU-v4-16-head_group_" + group: 1.0}, head_b: {"TPU-v4-16-head": 1.0}}
+    scheduler, reads = scheduler_over(nodes, available)
+    scheduler._group_jobs[group] = "holder"
+
+    async def many() -> list[dict[str, Any]]:
+        return await asyncio.gather(
+            *(scheduler.acquire_pool(f"job-{i}", "v4-16", {}, None, [2], 30.0, float(i)) for i in range(50))
+        )
+
+    answers = asyncio.run(many())
+    assert reads == {"nodes": 1, "available": 1}
+    assert all(a["held"] and (a["total"], a["free"], a["busy"]) == (2, 1, 1) for a in answers), answers[0]
+    assert answers[0]["transit"] == [] and "holder" in answers[0]["reason"], answers[0]
+    assert answers[0]["reason"].startswith("queued: 1st"), answers[0]["reason"]
+    one = asyncio.run(scheduler.acquire_pool("job-0", "v4-16", {}, None, [1], 30.0, 0.0))
+    assert one["count"] == 1 and one["exclude"] == [] and reads == {"nodes": 1, "available": 1}, one
+
+
+def test_a_scheduler_that_cannot_read_the_cluster_holds_the_job_and_says_why() -> None:
+    """The GCS does not answer the scheduler's read: every queued job waits, held (no budget spent), with
+    the error in its pending reason; nothing is admitted blind."""
+    scheduler, _ = scheduler_over({}, {})
+
+    def broken() -> dict:
+        raise ConnectionError("GCS unavailable")
+
+    scheduler._cluster._state["nodes"].read = broken
+    answer = asyncio.run(scheduler.acquire_pool("job-a", "v4-16", {}, None, [1], 30.0))
+    assert (
+        answer["held"] and "could not read the cluster's state (ConnectionError: GCS unavailable)" in answer["reason"]
+    )
+    assert asyncio.run(scheduler.free_in_pool("job-a", "v4-16", {}, None)) == 0

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
 
 from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig  # noqa: E402
+from fray_core.errors import Unschedulable  # noqa: E402
 from fray_core.types import AttemptOutcome  # noqa: E402
 from fray_ray import RayCluster  # noqa: E402
 from fray_ray.scheduler import SCHEDULER_NAME  # noqa: E402
@@ -333,8 +334,8 @@ def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice(
             return None  # what a scheduler that does not answer looks like to the plain call
 
     provider = RaySliceProvider("queued-1", HostConfig((), "/", supervisor=None), scheduler=Behind("fray"))
-    got = provider._admit(TPU, TPU, [1], {}, ["s0", "s1"], ["s0", "s1"], {}, [], None, time.monotonic() + 0.1)
-    assert not isinstance(got, tuple), f"admitted on capacity alone: {got}"
+    got = provider._admit(TPU, TPU, [1], {}, time.monotonic() + 0.1)
+    assert isinstance(got, Unschedulable), f"admitted on capacity alone: {got}"
     assert got.held and "no answer to this job's request for 42 s (it is behind)" in (got.reason or ""), got.reason
 
 
@@ -352,3 +353,39 @@ def test_the_cluster_view_is_read_once_for_every_job_of_the_process() -> None:
     for t in threads:
         t.join(10)
     assert len(reads) == 1 and cached.get(REFRESH_S) == {"n": {}} and len(reads) == 1
+
+
+def test_the_schedulers_node_feed_follows_nodes_that_join_and_leave(ray_tpu_cluster: Any) -> None:
+    """The scheduler keeps the node table from Ray's node-change channel (one full read, then what changed;
+    issue 29): a slice that joins shows in it with its resources and labels, one that is lost leaves it,
+    with no full read in between."""
+    import asyncio
+
+    from fray_ray.view import NodeFeed
+
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+
+    async def until(feed: NodeFeed, ok: Any, what: str) -> None:
+        end = time.monotonic() + 60
+        while not ok(feed.table):
+            assert time.monotonic() < end, f"the feed never showed {what}: {sorted(feed.table)}"
+            await asyncio.sleep(0.1)
+
+    async def scenario() -> None:
+        feed = NodeFeed(ray.get_runtime_context().gcs_address)
+        await feed.start()
+        try:
+            assert set(feed.table) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+            name = await asyncio.to_thread(fake.add_slice, "v5p-16", True, 3)
+            ours = {n["NodeID"] for n in ray.nodes() if n["Alive"] and name in n["Resources"]}
+            await until(feed, lambda t: ours <= set(t), f"{name}'s nodes")
+            assert all(feed.table[n]["Labels"].get("ray.io/tpu-slice-name") == name for n in ours)
+            await asyncio.to_thread(fake.preempt, name, None)
+            await until(feed, lambda t: not ours & set(t), f"{name}'s nodes gone")
+            assert feed.full_reads == 1 and feed.healthy, (feed.full_reads, feed.error)
+        finally:
+            feed.close()
+            fake.wait_settled()
+
+    asyncio.run(scenario())
