@@ -203,8 +203,9 @@ class _Isolation:
 
         root = tempfile.mkdtemp(prefix="fray-isolated-", dir="/run" if os.access("/run", os.W_OK) else "/var/tmp")
         os.makedirs(os.path.join(root, "session"))
-        # found, not imported: no backend imports another (fray_local goes along as part of what is installed)
-        for name in ("fray_core", "fray_local", "fray_ray"):
+        # found, not imported: no backend imports another (fray_local goes along as part of what is installed,
+        # and fray, the package marin's code imports, as well)
+        for name in ("fray_core", "fray_local", "fray_ray", "fray"):
             spec = importlib.util.find_spec(name)
             src = os.path.dirname((spec.origin if spec else None) or "")
             shutil.copytree(
