@@ -5,9 +5,9 @@ is ~5 ms of GCS CPU at 1,000 nodes and ~150 ms at 16,000 (bench/NOTES.md, issue 
 its own schedule: each kind of state (the live node table, the resources available per node, the nodes Ray
 drains) is read at most once per :data:`REFRESH_S` per process, by the first caller that finds its copy
 older than that, and every other caller of the process gets the same copy (a caller that comes during a
-read waits for it rather than starting another). Nothing is read while no job asks: a running job needs
-only the draining nodes (a cheap call whatever the cluster's size; its leases' health comes from its own
-placement groups, looked up by id), a queued job the node table and the available resources.
+read waits for it rather than starting another). Nothing is read while no one asks. The reader for the
+whole cluster is the scheduler actor (``fray_ray.scheduler``: for every queued and running job, with the
+node table kept by :class:`NodeFeed`); a supervisor reads its own copy only when its job claims slices.
 
 There is no thread to leak: a read happens in the caller's thread.
 
@@ -117,14 +117,6 @@ class ClusterView:
     def available(self, max_age: float | None = None) -> dict[str, dict[str, float]]:
         """Each live node's available resources (``available_resources_per_node()``). Shared: do not modify."""
         return self._get("available", max_age)
-
-    def draining(self, max_age: float | None = None) -> dict[str, int]:
-        """Node id -> drain deadline (ms since the epoch, 0: none) of the nodes Ray drains; ``{}`` when the
-        GCS cannot say (no notice then: a lost node still shows in its placement groups)."""
-        try:
-            return self._get("draining", max_age)
-        except Exception:
-            return {}
 
     def invalidate(self, kind: str) -> None:
         """The next caller reads ``kind`` afresh: this process changed it and knows the copy is stale (a job
