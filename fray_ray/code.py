@@ -231,11 +231,17 @@ def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cluster() -> str:
+    """The GCS address of the cluster this process is connected to, else ``""``. Never connects: Ray's
+    ``get_runtime_context()`` runs ``ray.init()`` when not connected, which joins whatever cluster
+    ``/tmp/ray/ray_current_cluster`` names or starts one (a test's process was left a driver of another
+    test's cluster that way, and exited when that cluster went away)."""
     try:
         import ray
 
+        if not ray.is_initialized():
+            return ""
         return str(ray.get_runtime_context().gcs_address or "")
-    except Exception:  # not connected, or Ray client mode
+    except Exception:  # Ray client mode
         return ""
 
 

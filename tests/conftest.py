@@ -49,6 +49,26 @@ def _isolated_jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["FRAY_JOBS_DIR"] = str(tmp_path_factory.mktemp("fray-jobs"))
 
 
+@pytest.fixture(autouse=True)
+def _no_stray_ray_driver(request: pytest.FixtureRequest) -> Any:
+    """A test outside the Ray group that leaves this process connected to Ray fails, and is disconnected.
+
+    ``ray.get_runtime_context()``, ``ray.get`` and ``.remote()`` run ``ray.init()`` when not connected, which joins
+    whatever cluster ``/tmp/ray/ray_current_cluster`` names (the newest emulated cluster a bench smoke started on
+    the other worker) or starts one. That process then exits with status 1 when that cluster goes (Ray: "Failed
+    to connect to GCS within 60 seconds"), in the middle of an unrelated test, and pytest-xdist's loadgroup hung
+    the run after replacing the worker (CI 2026-11-27: fray_ray.code's upload cache key asked Ray for its GCS
+    address)."""
+    import sys
+
+    before = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    yield
+    ray = sys.modules.get("ray")
+    if _group(request.node) is None and not before and ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail("this test connected the test process to Ray (ray.init, or a Ray call that runs it)")
+
+
 _RAY_SESSION = contextlib.ExitStack()  # this process's emulated Ray cluster, closed after its last Ray test
 _RAY_FAKE: list[Any] = []
 
