@@ -16,7 +16,10 @@ Layout in the KV namespace :data:`KV_NAMESPACE`: ``m:<path>`` a file's metadata 
 its chunks' sizes), ``d:<path>:<generation>:<i>`` its bytes, in chunks of at most :data:`CHUNK` bytes. A
 rewrite puts the new chunks under a new generation and then the metadata (one put: a reader sees the old
 file or the new one, never a mix); an append rewrites only the last chunk and adds new ones, then the
-metadata. Directories are implicit (a path with files under it), as in an object store.
+metadata. A file of at most :data:`INLINE` bytes (a job's record, a short log) is its metadata's value
+itself, ``=`` and its bytes: read in one GCS call and written in one (issue 29: a job's record is read once a
+second by whoever waits on it, and every call a job adds queues behind the GCS's other work on a large
+cluster). Directories are implicit (a path with files under it), as in an object store.
 
 Example::
 
@@ -35,12 +38,14 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-__all__ = ["CHUNK", "KV_NAMESPACE", "MAX_FILE", "PROTOCOL", "RayKVFileSystem", "kv_root"]
+__all__ = ["CHUNK", "INLINE", "KV_NAMESPACE", "MAX_FILE", "PROTOCOL", "RayKVFileSystem", "kv_root"]
 
 PROTOCOL = "ray-kv"
 KV_NAMESPACE = "fray-store"
 CHUNK = 1 << 20  # bytes per KV value: an append rewrites at most this much
 MAX_FILE = 64 << 20  # bytes per file: the GCS keeps all of it in memory
+INLINE = 64 << 10  # a file of at most this many bytes is kept in its metadata's value (see the module doc)
+_INLINE_TAG = b"="  # what starts an inline file's value (a chunked file's metadata is JSON: "{")
 TIMEOUT = 10.0  # seconds per GCS call: an unreachable cluster fails a store call, never hangs it
 
 
@@ -93,8 +98,13 @@ class RayKVFileSystem(AbstractFileSystem):
             raise OSError(errno.EIO, f"Ray's GCS key-value store: {type(e).__name__}: {e}") from e
 
     def _meta(self, gcs: Any, rest: str) -> dict[str, Any] | None:
+        """The file's metadata (``None``: no such file); an inline file's has its bytes as ``inline``."""
         raw = self._call(gcs.internal_kv_get, f"m:{rest}".encode())
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        if raw[:1] == _INLINE_TAG:
+            return {"gen": None, "sizes": [len(raw) - 1], "inline": raw[1:]}
+        return json.loads(raw)
 
     # ---------------------------------------------------------------------------- fsspec API
 
@@ -172,7 +182,9 @@ class RayKVFileSystem(AbstractFileSystem):
             meta = self._meta(gcs, rest)
             if meta is None:
                 raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", path)
-            if len(meta["sizes"]) <= 1:  # a record: read now, in one call (a rewrite meanwhile cannot tear it)
+            if "inline" in meta:
+                return io.BytesIO(meta["inline"])
+            if len(meta["sizes"]) <= 1:  # one chunk: read now, in one call (a rewrite meanwhile cannot tear it)
                 return io.BytesIO(b"".join(self._chunks(gcs, rest, meta, 0, 0)) if meta["sizes"] else b"")
             return io.BufferedReader(_Reader(self, gcs, rest, meta), buffer_size=CHUNK)
         if mode in ("wb", "ab", "xb"):
@@ -196,6 +208,12 @@ class RayKVFileSystem(AbstractFileSystem):
 
     def _commit(self, gcs: Any, rest: str, data: bytes, append: bool) -> None:
         meta = self._meta(gcs, rest) if append else None
+        if meta is not None and "inline" in meta:  # an append to an inline file: the file is written whole
+            data, cut = meta["inline"] + data, False
+            if len(data) > MAX_FILE:  # a log: cut where the limit is, saying so (as below)
+                data, cut = data[:MAX_FILE] + _cut_note(), True
+            self._write_whole(gcs, rest, data, meta, cut)
+            return
         if meta is not None and meta["sizes"]:
             have = sum(meta["sizes"])
             if meta.get("cut"):
@@ -213,15 +231,26 @@ class RayKVFileSystem(AbstractFileSystem):
         else:
             if len(data) > MAX_FILE:
                 raise _too_big(rest, len(data))
-            old = self._meta(gcs, rest)
-            gen, start, meta = uuid.uuid4().hex[:12], 0, {"sizes": []}
+            self._write_whole(gcs, rest, data, meta if append else self._meta(gcs, rest), False)
+            return
+        self._put_chunks(gcs, rest, data, gen, start, meta["sizes"], bool(meta.get("cut")))
+
+    def _write_whole(self, gcs: Any, rest: str, data: bytes, old: dict[str, Any] | None, cut: bool) -> None:
+        """``data`` as the whole file (inline when small), then the bytes of the file it replaces go."""
+        if len(data) <= INLINE and not cut:
+            self._call(gcs.internal_kv_put, f"m:{rest}".encode(), _INLINE_TAG + data, True)
+        else:
+            self._put_chunks(gcs, rest, data, uuid.uuid4().hex[:12], 0, [], cut)
+        if old is not None and old.get("gen"):  # the old generation's bytes, once nothing points at them
+            self._call(gcs.internal_kv_del, f"d:{rest}:{old['gen']}:".encode(), True)
+
+    def _put_chunks(self, gcs: Any, rest: str, data: bytes, gen: str, start: int, sizes: list[int], cut: bool) -> None:
+        """``data`` as chunks ``start``.. of generation ``gen`` after ``sizes``, then the metadata naming them."""
         pieces = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
         for i, piece in enumerate(pieces, start):
             self._call(gcs.internal_kv_put, f"d:{rest}:{gen}:{i}".encode(), piece, True)
-        meta = {"gen": gen, "sizes": meta["sizes"] + [len(p) for p in pieces], "cut": bool(meta.get("cut"))}
+        meta = {"gen": gen, "sizes": sizes + [len(p) for p in pieces], "cut": cut}
         self._call(gcs.internal_kv_put, f"m:{rest}".encode(), json.dumps(meta).encode(), True)
-        if not append and old is not None:  # the old generation's bytes, once nothing points at them
-            self._call(gcs.internal_kv_del, f"d:{rest}:{old['gen']}:".encode(), True)
 
 
 def _cut_note() -> bytes:

@@ -5,10 +5,13 @@ One named, detached actor per namespace (:data:`SCHEDULER_NAME`), created by the
 needs it (``get_if_exists``). It holds the policy (``fray_core.scheduling``) and the one view of the cluster
 every queued job is judged by: a supervisor asks it, before it claims slice heads, how many slices it may
 claim now (:meth:`Scheduler.acquire_pool`), and the scheduler answers from its own copy of the cluster's
-state (which slices are alive, free, held by which job), read at most once a second for every job of the
-cluster (``fray_ray.view.ClusterView``, in a thread, so calls are never held up by a slow GCS). A queued
-job reads nothing from the GCS itself: at 16,000 hosts one read of the node table is ~150 ms of GCS CPU,
-and one a second per queued job saturated the GCS at a handful of jobs (issue 29). Placement groups stay
+state (which slices are alive, free, held by which job), read for every job of the cluster at once
+(``fray_ray.view.ClusterView``, in a thread, so calls are never held up by a slow GCS). A queued job reads
+nothing from the GCS itself: at 16,000 hosts one read of the node table is ~150 ms of GCS CPU, and one a
+second per queued job saturated the GCS at a handful of jobs (issue 29). The node table follows Ray's
+node-change channel (``NodeFeed``); the available resources are read again at most once a second when
+something says they changed (a job claimed, released or left, nodes came or went, a slice was in transit),
+else every ``ClusterView.interval`` (1 s on a small cluster, up to 30 s where one read is costly). Placement groups stay
 the real arbiter: the queue only orders. An admitted job keeps its place, reserving the count it was
 admitted for, until it reports its claim done (:meth:`Scheduler.claimed`) or its entry expires, so two
 supervisors admitted at once do not both count the same free slices.
@@ -133,6 +136,11 @@ class Scheduler:
         self._feed: NodeFeed | None = None
         self._feed_starting: asyncio.Future[Any] | None = None
         self._feed_retry_at = 0.0
+        # Kinds of state something said changed since their last read (a job claimed, released or left, a
+        # slice was in transit, the node table moved): read again after REFRESH_S, not the kind's interval.
+        self._changed: set[str] = set()
+        self._nodes_read = -1  # the number of the node table's copy the last view was made from
+        self._node_ids: frozenset[str] = frozenset()  # and the nodes in it
 
     async def _state_of(self, kind: str) -> tuple[Any, int]:
         """The cluster's ``kind`` state (numbered, see ``ClusterView.numbered``): the copy when it is fresh
@@ -143,10 +151,12 @@ class Scheduler:
             feed = await self._node_feed()
             if feed is not None:
                 return feed.numbered()
-        if self._cluster.age(kind) < REFRESH_S:
-            return self._cluster.numbered(kind)
+        age = self._cluster.age(kind)
+        if age < REFRESH_S or (kind not in self._changed and age < self._cluster.interval(kind)):
+            return self._cluster.numbered(kind, max_age=float("inf"))  # the copy, however old: judged above
         reading = self._reading.get(kind)
         if reading is None:
+            self._changed.discard(kind)  # a change said during this read is read next time
             reading = asyncio.get_running_loop().run_in_executor(None, self._cluster.numbered, kind)
             self._reading[kind] = reading
             reading.add_done_callback(lambda _f, k=kind: self._reading.pop(k, None))
@@ -183,6 +193,12 @@ class Scheduler:
         if fresh and self._cluster is not None and "available" not in self._reading:
             self._cluster.invalidate("available")  # a job released slices: its next answer must see them free
         nodes = await self._state_of("nodes")
+        if nodes[1] != self._nodes_read:  # a new copy of the node table (a full read gives one every second)
+            self._nodes_read = nodes[1]
+            ids = frozenset(nodes[0])
+            if ids != self._node_ids:  # nodes came or went: what is free may have changed with them
+                self._node_ids = ids
+                self._changed.add("available")
         available = await self._state_of("available")
         return slice_view(nodes, available, tpu_type, label, topology, self._group_job if holders else None)
 
@@ -247,11 +263,14 @@ class Scheduler:
             members(view),
         )
         assert self._cluster is not None
+        transit = sorted(set(view.alive) - set(view.free) - set(view.holders))
+        if transit:  # most likely just released: Ray gives their resources back within ~0.1 s
+            self._changed.add("available")
         answer.update(
             total=len(view.alive) + len(view.incomplete),
             free=len(view.free),
             busy=len(view.alive) - len(view.free),
-            transit=sorted(set(view.alive) - set(view.free) - set(view.holders)),
+            transit=transit,
             slow=0.0 if self._feed is not None else self._cluster.read_seconds("nodes"),
         )
         return answer
@@ -355,12 +374,19 @@ class Scheduler:
         return max(0, usable - queue.reserved_ahead(job_id, now)) if queue else usable
 
     async def claimed(self, job_id: str) -> None:
-        """The job holds the slices it was admitted for: it leaves the line."""
+        """The job holds the slices it was admitted for: it leaves the line (and what is free changed)."""
+        self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)
 
+    async def released(self, job_id: str) -> None:
+        """The job gave slices back (a retry, a resize): the next answer of any job reads what is free."""
+        self._changed.add("available")
+
     async def leave(self, job_id: str) -> None:
-        """The job stopped waiting (it ended, e.g. terminated): younger jobs no longer wait behind it."""
+        """The job stopped waiting (it ended, e.g. terminated): younger jobs no longer wait behind it, and
+        the slices it held are read as free."""
+        self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)
 

@@ -25,9 +25,19 @@ from typing import Any, ClassVar
 
 import ray
 
-__all__ = ["REFRESH_S", "ClusterView"]
+__all__ = ["MAX_INTERVAL_S", "READ_BACKOFF", "REFRESH_S", "ClusterView"]
 
 REFRESH_S = 1.0  # seconds a copy of the cluster's state is served before it is read again
+
+#: How often the scheduler repeats a read while nothing says the state changed: every ``READ_BACKOFF`` times
+#: the seconds the last read took (a read keeps the GCS busy at most 1/400 of the time), at least
+#: :data:`REFRESH_S`, at most the kind's ``MAX_INTERVAL_S``. The reads of the available resources and of the
+#: draining nodes cost the GCS in proportion to the cluster (~80 ms and ~6 ms of GCS CPU at 16,000 hosts,
+#: bench/NOTES.md, issue 29): read every second, they kept the GCS busy and every job's own calls queued behind
+#: them. At 1,000 hosts a read takes a few ms: every 1-4 s. What a job does (claim, release, end) and nodes
+#: coming or going make the scheduler read the available resources within a second anyway.
+READ_BACKOFF = 400.0
+MAX_INTERVAL_S = {"available": 30.0, "draining": 5.0}
 
 
 def _read_nodes() -> dict[str, dict[str, Any]]:
@@ -122,6 +132,11 @@ class ClusterView:
         """The next caller reads ``kind`` afresh: this process changed it and knows the copy is stale (a job
         that released its slices and claims again; rare, so not a way around the one-read-a-second rule)."""
         self._state[kind].at = float("-inf")
+
+    def interval(self, kind: str) -> float:
+        """Seconds between reads of ``kind`` while nothing says it changed (see :data:`READ_BACKOFF`)."""
+        took = self._state[kind].took
+        return min(MAX_INTERVAL_S.get(kind, REFRESH_S), max(REFRESH_S, READ_BACKOFF * took))
 
     def age(self, kind: str) -> float:
         """Seconds since ``kind`` (``nodes``, ``available``, ``draining``) was last read (inf: never)."""

@@ -291,3 +291,56 @@ def test_a_scheduler_that_cannot_read_the_cluster_holds_the_job_and_says_why() -
         answer["held"] and "could not read the cluster's state (ConnectionError: GCS unavailable)" in answer["reason"]
     )
     assert asyncio.run(scheduler.free_in_pool("job-a", "v4-16", {}, None)) == 0
+
+
+def test_a_costly_read_of_what_is_free_is_repeated_when_something_changed_not_every_second() -> None:
+    """Issue 29: at 16,000 hosts one read of the available resources costs the GCS ~80 ms; read every second,
+    it kept the GCS busy and every job's own calls queued behind it. The scheduler reads it again after
+    ``READ_BACKOFF`` x what the last read took (at least 1 s, at most 30 s), or at the next ask after 1 s when a
+    job claimed, released or left, nodes came or went, or a slice was busy with no job holding it."""
+    from fray_ray.view import MAX_INTERVAL_S, READ_BACKOFF, REFRESH_S
+
+    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 0), ("v4-16", "b", 1)], labels=True)
+    for nid, n in nodes.items():
+        n.update(NodeID=nid, Alive=True)
+    heads = sorted(nid for nid, n in nodes.items() if "TPU-v4-16-head" in n["Resources"])
+    available = {nid: {"TPU-v4-16-head": 1.0} for nid in heads}
+    scheduler, reads = scheduler_over(nodes, available)
+    cached = scheduler._cluster._state["available"]
+
+    def ask_later(seconds: float, took: float) -> int:
+        """Ask ``seconds`` after the last read, which took ``took``; how many reads there were."""
+        cached.at = time.monotonic() - seconds
+        cached.took = took
+        scheduler._cluster._state["nodes"].at = time.monotonic() - seconds
+        asyncio.run(scheduler.acquire_pool("job-0", "v4-16", {}, None, [1], 30.0, 0.0))
+        return reads["available"]
+
+    assert ask_later(float("inf"), 0.0) == 1
+    assert ask_later(REFRESH_S + 0.1, 0.002) == 2  # a small cluster's read: once a second, as before
+    slow = 0.2  # a read as costly as at 16,000 hosts
+    interval = min(MAX_INTERVAL_S["available"], READ_BACKOFF * slow)
+    assert interval > 5
+    assert ask_later(REFRESH_S + 0.1, slow) == 2  # nothing changed: the copy is served
+    assert ask_later(interval - 0.5, slow) == 2
+    assert ask_later(interval + 0.1, slow) == 3  # the interval is over
+    for event in ("claimed", "released", "leave"):
+        n = reads["available"]
+        asyncio.run(getattr(scheduler, event)("job-x"))
+        assert ask_later(0.5, slow) == n  # never more than once a second
+        assert ask_later(REFRESH_S + 0.1, slow) == n + 1, event
+        assert ask_later(REFRESH_S + 0.1, slow) == n + 1, event  # read: back to the interval
+
+    # a node came: the next ask reads what is free
+    nodes["extra"] = {"NodeID": "extra", "Alive": True, "Resources": {"CPU": 1.0}, "Labels": {}}
+    n = reads["available"]
+    assert ask_later(REFRESH_S + 0.1, slow) == n + 1
+    # slice a busy with no job holding it (just released): asked again a second later, read again
+    available[heads[0]] = {}
+    n = reads["available"]
+    assert ask_later(interval + 0.1, slow) == n + 1
+    assert ask_later(REFRESH_S + 0.1, slow) == n + 2
+    assert ask_later(REFRESH_S + 0.1, slow) == n + 3  # still in transit: every second until it is not
+    available[heads[0]] = {"TPU-v4-16-head": 1.0}
+    assert ask_later(REFRESH_S + 0.1, slow) == n + 4
+    assert ask_later(REFRESH_S + 0.1, slow) == n + 4

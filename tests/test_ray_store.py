@@ -28,11 +28,14 @@ def fresh_store(fake: Any) -> JobStore:
 @given(
     ops=st.lists(st.tuples(st.sampled_from(["write", "append"]), st.binary(max_size=40)), min_size=1, max_size=8),
     chunk=st.integers(1, 16),
+    inline=st.sampled_from([0, 24, kvfs.INLINE]),
 )
 def test_a_file_reads_back_as_written_and_appended_whatever_its_chunks(
-    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch, ops: list[tuple[str, bytes]], chunk: int
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch, ops: list[tuple[str, bytes]], chunk: int, inline: int
 ) -> None:
+    """Whatever its chunks, and whether it is kept inline, grows out of it, or is rewritten back into it."""
     monkeypatch.setattr(kvfs, "CHUNK", chunk)
+    monkeypatch.setattr(kvfs, "INLINE", inline)
     store = fresh_store(ray_tpu_cluster)
     path = f"{store._root_path}/job/job.log"
     want = b""
@@ -47,6 +50,43 @@ def test_a_file_reads_back_as_written_and_appended_whatever_its_chunks(
         assert store.fs.info(path)["size"] == len(want)
     store.fs.rm(store._root_path, recursive=True)
     assert not store.fs.exists(path)
+
+
+def test_a_record_is_read_in_one_gcs_call_and_written_in_two(
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: whoever waits on a job reads its record once a second, and on a large cluster every GCS call
+    queues behind the GCS's other work: a record (a few KB) is one KV value, not metadata plus a chunk. A
+    rewrite leaves no bytes of the file it replaced."""
+    from fray_core.types import JobInfo
+
+    store = fresh_store(ray_tpu_cluster)
+    job_id = store.new_job("j")
+    info = JobInfo(job_id=job_id, name="j", status=JobStatus.PENDING, submitted_at=0.0)
+    calls: list[str] = []
+    real = kvfs.RayKVFileSystem._call
+
+    def counted(fn: Any, *args: Any) -> Any:
+        calls.append(fn.__name__)
+        return real(fn, *args)
+
+    monkeypatch.setattr(kvfs.RayKVFileSystem, "_call", staticmethod(counted))
+    store.write(info)
+    writes, calls[:] = list(calls), []
+    assert store.read(job_id)["status"] == "PENDING"
+    assert calls == ["internal_kv_get"], calls
+    assert writes.count("internal_kv_put") == 1 and len(writes) <= 2, writes
+    # a file that outgrows INLINE is chunked; rewritten small, it is inline again and its chunks are gone
+    path = f"{store._root_path}/{job_id}/big.bin"
+    with store.fs.open(path, "wb") as f:
+        f.write(b"x" * (kvfs.INLINE + 1))
+    with store.fs.open(path, "wb") as f:
+        f.write(b"small")
+    with store.fs.open(path, "rb") as f:
+        assert f.read() == b"small"
+    gcs = kvfs._gcs(ray_tpu_cluster.cluster.gcs_address)
+    rest = store.fs._split(path)[1]
+    assert real(gcs.internal_kv_keys, f"d:{rest}:".encode()) == []
 
 
 def test_records_and_logs_list_and_go_away_and_a_file_too_big_for_the_gcs_says_what_to_use(
