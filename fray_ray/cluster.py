@@ -39,7 +39,7 @@ from fray_core.supervisor import RecordCluster, check_picklable, launch_error
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_ray._host import gce_preempted
 from fray_ray.code import code_runtime_env, upload_code
-from fray_ray.connect import RayConnectionError, check_ray_address, resolve_address
+from fray_ray.connect import RayConnectionError, check_ray_address, connected_gcs_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.scheduler import ACTOR_RESOURCE
 from fray_ray.supervisor import (
@@ -217,7 +217,7 @@ class RayCluster(RecordCluster):
         self.address = address
         #: The cluster's GCS address as this process is connected to it: kept in every job record, so any
         #: client (a CLI with no flags after Ctrl-C) finds the cluster a job ran on.
-        self.gcs_address = _gcs_address() or resolve_address(address) or ""
+        self.gcs_address = connected_gcs_address() or resolve_address(address) or ""
         self.namespace = namespace or DEFAULT_NAMESPACE
         self.policy = retry_policy or DEFAULT_RAY_POLICY
         self.non_preemptible_resource = non_preemptible_resource
@@ -699,14 +699,6 @@ def _connect(address: str | None) -> None:
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-def _gcs_address() -> str | None:
-    """The GCS address this process is connected to."""
-    try:
-        return ray.get_runtime_context().gcs_address or None
-    except Exception:  # an older Ray without it, or Ray client mode
-        return None
 
 
 def _kill_quietly(actor: Any) -> None:

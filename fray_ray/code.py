@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fray_ray.connect import connected_gcs_address
+
 __all__ = ["CODE_SIZE_LIMIT", "UPLOAD_REUSE_S", "code_root", "code_runtime_env", "upload_code"]
 
 CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
@@ -230,21 +232,6 @@ def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _cluster() -> str:
-    """The GCS address of the cluster this process is connected to, else ``""``. Never connects: Ray's
-    ``get_runtime_context()`` runs ``ray.init()`` when not connected, which joins whatever cluster
-    ``/tmp/ray/ray_current_cluster`` names or starts one (a test's process was left a driver of another
-    test's cluster that way, and exited when that cluster went away)."""
-    try:
-        import ray
-
-        if not ray.is_initialized():
-            return ""
-        return str(ray.get_runtime_context().gcs_address or "")
-    except Exception:  # Ray client mode
-        return ""
-
-
 def _reuse_s() -> float:
     """How long an upload's package URI is reused: well within the time Ray pins a fresh upload in the GCS
     (``RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S``, 600 s by default), so a reused URI is never one
@@ -286,7 +273,7 @@ def upload_code(
         return runtime_env
     root = str(runtime_env["working_dir"])
     stamp = _fingerprint(root) if os.path.isdir(root) else None
-    key = (_cluster(), upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
+    key = (connected_gcs_address() or "", upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
     t = now()
     with _uploads_lock:
         hit = _uploads.get(key)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fray_core.errors import FrayError
 
-__all__ = ["CONNECT_TIMEOUT", "RayConnectionError", "check_ray_address", "resolve_address"]
+__all__ = ["CONNECT_TIMEOUT", "RayConnectionError", "check_ray_address", "connected_gcs_address", "resolve_address"]
 
 CONNECT_TIMEOUT = 10.0  # seconds the whole check may take (the issue's bound is 15 s)
 
@@ -45,6 +45,25 @@ def resolve_address(address: str | None) -> str | None:
         env = os.environ.get("RAY_ADDRESS", "").strip()
         return env if env and env != "auto" else None
     return address
+
+
+def connected_gcs_address() -> str | None:
+    """The GCS address of the cluster this process is connected to, else ``None``. Never connects: Ray's
+    ``get_runtime_context()`` runs ``ray.init()`` when not connected, which joins whatever cluster
+    ``/tmp/ray/ray_current_cluster`` names or starts one (a test's process was left a driver of another
+    test's cluster that way, and exited when that cluster went away).
+
+    >>> connected_gcs_address() is None  # not connected: and still not, after asking
+    True
+    """
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return ray.get_runtime_context().gcs_address or None
+    except Exception:  # an older Ray without it, or Ray client mode
+        return None
 
 
 def _token() -> str | None:
