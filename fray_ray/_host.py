@@ -423,15 +423,17 @@ class HostConfig:
     supervisor: Any  # the job's supervisor actor handle (receives log lines, host reports); None: print only
     preemption_probe: Callable[[], bool] | None = gce_preempted
     clean_lockfile: bool = True
+    job_id: str = ""  # the job's id, with which the host's calls to its (shared) supervisor name it
 
 
 class _LogPump:
     """Tees this process's fd 1 and 2 into a pipe; lines go to the original stdout and, in batches, to the
     supervisor. ``close`` flushes and waits (bounded) for the last batch to be delivered."""
 
-    def __init__(self, tag: str, supervisor: Any) -> None:
+    def __init__(self, tag: str, supervisor: Any, job_id: str = "") -> None:
         self.tag = tag
         self.supervisor = supervisor
+        self.job_id = job_id
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._pending: list[str] = []
         self._lock = threading.Lock()
@@ -491,7 +493,7 @@ class _LogPump:
         if dropped:
             lines.insert(0, f"[fray] {dropped} line(s) of this host dropped: the job's supervisor could not keep up")
         if lines:
-            self._last_send = self.supervisor.append_log.remote(self.tag, lines)
+            self._last_send = self.supervisor.append_log.remote(self.job_id, self.tag, lines)
 
     def _send_loop(self) -> None:
         while not self._stop.wait(LOG_SEND_INTERVAL):
@@ -581,7 +583,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
     os.environ.update(env)
     os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
-    pump = _LogPump(tag, config.supervisor)
+    pump = _LogPump(tag, config.supervisor, config.job_id)
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
     # see RaySliceProvider.dump_stacks. Left registered at the end: the worker runs this one task (max_calls=1)
     faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
@@ -599,7 +601,7 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             me = HostProcess(
                 ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token
             )
-            config.supervisor.host_started.remote(tag, me)
+            config.supervisor.host_started.remote(config.job_id, tag, me)
             _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
             threading.Thread(
                 target=_watch_drain,

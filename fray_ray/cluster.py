@@ -43,7 +43,7 @@ from fray_ray.connect import RayConnectionError, check_ray_address, connected_gc
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.scheduler import ACTOR_RESOURCE
 from fray_ray.supervisor import (
-    STANDBY_IDLE_TIMEOUT,
+    JOBS_PER_SUPERVISOR,
     WAIT_GROUP,
     WAIT_THREADS,
     JobSupervisor,
@@ -72,6 +72,7 @@ TERMINATE_TIMEOUT = 60.0
 SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
+RETIRE_TIMEOUT = 5.0  # seconds close() waits for its supervisor to hear it takes no more jobs
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 CLOCK_RESYNC = 600.0  # seconds between two readings of the cluster's clock by one client
 CLOCK_RETRY = 30.0  # seconds before a client tries again when the cluster's clock could not be read
@@ -173,10 +174,12 @@ class RayCluster(RecordCluster):
     - ``queue_ttl``: jobs of the cluster wait for TPU slices in one first-come-first-served queue (the
       namespace's scheduler actor); a job keeps its place while its supervisor keeps asking, and for
       ``queue_ttl`` seconds after it stops (a supervisor killed hard). A job that ends leaves at once.
-    - ``warm_supervisor``: once a launched job's hosts all run (or it ended), start the next job's
-      supervisor actor, so the next ``launch`` does not pay an actor start (~0.4 s) before its slices are
-      reserved (not at ``launch`` itself: its start would compete with the hosts' for CPU). An unused one
-      is removed by ``close()`` (after which none is started), at interpreter exit, or by itself after 10 minutes.
+    - ``warm_supervisor``: a client's jobs share a supervisor process (up to ``JOBS_PER_SUPERVISOR``; see
+      :mod:`fray_ray.supervisor`); when one took its last job, start the next once the launched job's hosts
+      all run (or it ended), so the next ``launch`` does not pay an actor start (~0.4 s) before its slices
+      are reserved (not at ``launch`` itself: its start would compete with the hosts' for CPU). ``close()``
+      (also called at interpreter exit) retires the client's supervisor: it takes no more jobs and goes
+      away when its last job ended; one that no client retires goes away after 10 minutes without a job.
     """
 
     jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
@@ -230,12 +233,13 @@ class RayCluster(RecordCluster):
         if self.namespace != DEFAULT_NAMESPACE:
             self.record_spec += f"{'&' if '?' in self.record_spec else '?'}namespace={self.namespace}"
         self.warm_supervisor = warm_supervisor
-        self._standby: tuple[str, Any, float] | None = None
+        # The supervisor process this client gives its next job to (name, handle, jobs given), see launch
+        self._standby: tuple[str, Any, int] | None = None
         self._standby_lock = threading.Lock()
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
         self._store_ok = False  # the head has read this store (see _check_store)
-        self._standby_env: dict[str, Any] = {}  # the runtime_env the warm supervisor was started with
+        self._standby_env: dict[str, Any] = {}  # the runtime_env the standby supervisor was started with
         self._last_env: dict[str, Any] = {}  # the last launched job's
         self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
         self._unmark_queue: list[str] = []  # launching markers to remove (see _unmark_later)
@@ -295,8 +299,8 @@ class RayCluster(RecordCluster):
             request_summary=summarize_request(request),
             submitted_at=self.wall(),
         )
-        self._launch(request_bytes, runtime_env, job_id, info)
-        if self.warm_supervisor:
+        self._launch(request_bytes, runtime_env, job_id, info, _hosts(request))
+        if self.warm_supervisor and self._standby is None:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
             # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
             # went"). It starts once this job's hosts all run, or the job ended (bounded wait).
@@ -326,8 +330,11 @@ class RayCluster(RecordCluster):
             pass
         return None
 
-    def _launch(self, request_bytes: bytes, runtime_env: dict[str, Any], job_id: JobId, info: JobInfo) -> None:
-        """Record the job and give it to a supervisor (the warm one, else a new one)."""
+    def _launch(
+        self, request_bytes: bytes, runtime_env: dict[str, Any], job_id: JobId, info: JobInfo, hosts: int
+    ) -> None:
+        """Record the job and give it to a supervisor (the client's current one, else a new one, which then
+        takes the client's next jobs)."""
         settings = {
             "jobs_dir": self.store.root,
             # No client path: on another machine it does not exist. The code travels in the runtime_env.
@@ -345,6 +352,7 @@ class RayCluster(RecordCluster):
             "quarantine": self.quarantine,
             "queue_ttl": self.queue_ttl,
             "queued_at": self.clock.now(),  # its place in the cluster's line, by the cluster's clock
+            "hosts": hosts,  # how much of a shared supervisor's capacity it takes (HOSTS_PER_SUPERVISOR)
         }
         job = (job_id, request_bytes, settings)
         # The launching marker (see owner_gone) is put before any record names a supervisor that does not
@@ -361,20 +369,27 @@ class RayCluster(RecordCluster):
                 raise
         try:
             with self._standby_lock:  # launch may be called from several threads
-                standby, self._standby = self._standby, None
+                standby = self._standby
                 if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
-                    self._standby = standby
                     standby = None
                 self._last_env = runtime_env
-            if not (standby is not None and self._hand_over(standby, info, job)):
+            if standby is not None and self._hand_over(standby, info, job):
+                with self._standby_lock:
+                    if self._standby is not None and self._standby[0] == standby[0]:
+                        jobs = self._standby[2] + 1
+                        # it takes no more after its last (it retired itself): the next launch starts the next
+                        self._standby = (standby[0], standby[1], jobs) if jobs < JOBS_PER_SUPERVISOR else None
+            else:
                 marked = marked or self._mark_launching(job_id)
-                if standby is not None:  # after the marker: until the new actor exists, the record names it
-                    _kill_quietly(standby[1])
                 name = supervisor_name()
                 self.store.write(info, owner=self._owner(name))
-                self._supervisor_options(name, runtime_env).remote(
-                    name, job=job
-                )  # the job rides on the actor's creation
+                # the job rides on the actor's creation
+                actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=JOBS_PER_SUPERVISOR)
+                with self._standby_lock:  # the client's next jobs go to it
+                    old, self._standby = self._standby, ((name, actor, 1) if JOBS_PER_SUPERVISOR > 1 else None)
+                    self._standby_env = runtime_env
+                if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
+                    _retire_quietly(old[1])
         except BaseException as e:  # nothing started: leave no PENDING record behind
             self.store.discard(job_id)
             err = launch_error(e, self.store)
@@ -445,8 +460,10 @@ class RayCluster(RecordCluster):
                 self._standby_env = self._last_env
                 self._standby = (
                     name,
-                    self._supervisor_options(name, self._standby_env).remote(name, warm=warm),
-                    time.monotonic(),
+                    self._supervisor_options(name, self._standby_env).remote(
+                        name, warm=warm, max_jobs=JOBS_PER_SUPERVISOR
+                    ),
+                    0,
                 )
             except Exception:
                 pass  # Ray is going away: the next launch starts its supervisor cold
@@ -476,57 +493,58 @@ class RayCluster(RecordCluster):
             resources={self.non_preemptible_resource: ACTOR_RESOURCE},
         )
 
-    def _hand_over(
-        self, standby: tuple[str, Any, float], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]
-    ) -> bool:
-        """Give the job to the warm supervisor; ``False`` when it cannot take it (the caller removes it).
+    def _hand_over(self, standby: tuple[str, Any, int], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]) -> bool:
+        """Give the job to the client's supervisor; ``False`` when it takes no more (full, retired, exiting,
+        gone, or not answering: the caller starts a new one and retires this one).
 
         Waits for its answer (milliseconds once it is up; its start-up if it is still starting): a call
         to an actor that is not up yet is buffered in this process and would be lost if it exited now.
         """
-        name, actor, started = standby
-        if time.monotonic() - started < STANDBY_IDLE_TIMEOUT / 2:  # else: near its idle expiry, do not race it
-            self.store.write(info, owner=self._owner(name))
-            try:
-                if ray.get(actor.start.remote(*job), timeout=HAND_OVER_TIMEOUT):
-                    return True
-            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-                pass
-        return False  # the caller removes it, once it said the job is launching
+        name, actor, _ = standby
+        self.store.write(info, owner=self._owner(name))
+        try:
+            return bool(ray.get(actor.start.remote(*job), timeout=HAND_OVER_TIMEOUT))
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return False
 
     def close(self) -> None:
-        """Remove the warm supervisor (jobs keep running) and start no new one. Also called at interpreter exit."""
+        """Retire this client's supervisor (its jobs keep running; it exits when the last one ended, at once
+        when it has none) and start no new one. Also called at interpreter exit."""
         with self._standby_lock:
             self._closed.set()
             standby, self._standby = self._standby, None
         if standby is not None and ray.is_initialized():
             try:
-                ray.kill(standby[1], no_restart=True)
+                ray.get(standby[1].retire.remote(), timeout=RETIRE_TIMEOUT)
             except Exception:
-                pass  # it expired or the cluster is gone
+                pass  # it expired, is still starting, or the cluster is gone: it exits when idle
 
     # ------------------------------------------------------------------------------------------ poll
 
     def _block(self, job_ids: Sequence[str], timeout: float) -> None:
         """``wait``'s pause between looks at the records: until one of the jobs' supervisors says its job
         ended, or ``timeout``. Without a live supervisor to ask (gone, or not started yet), a short sleep."""
-        refs = []
+        by_actor: dict[str, tuple[Any, list[str]]] = {}  # one call per supervisor, for all its jobs waited on
         for job_id in job_ids:
-            actor = self._waitable.get(job_id)
-            if actor is None:
+            found = self._waitable.get(job_id)
+            if found is None:
                 try:
-                    actor = self._supervisor(job_id)
+                    found = self._supervisor_named(job_id)
                 except Exception:  # the record is unreadable: poll says so
-                    actor = None
-                if actor is None:
+                    found = None
+                if found is None:
                     continue
                 if len(self._waitable) >= 256:
                     self._waitable.clear()
-                self._waitable[job_id] = actor
+                self._waitable[job_id] = found
+            by_actor.setdefault(found[0], (found[1], []))[1].append(job_id)
+        refs = []
+        for actor, ids in by_actor.values():
             try:
-                refs.append(actor.wait_ended.remote(timeout))
+                refs.append(actor.wait_ended.remote(ids, timeout))
             except Exception:
-                self._waitable.pop(job_id, None)
+                for job_id in ids:
+                    self._waitable.pop(job_id, None)
         if not refs:
             time.sleep(min(timeout, 0.1))
             return
@@ -540,9 +558,15 @@ class RayCluster(RecordCluster):
 
     def _supervisor(self, job_id: str, record: dict[str, Any] | None = None) -> Any | None:
         """The job's supervisor actor (named in its record), ``None`` when it is gone."""
+        found = self._supervisor_named(job_id, record)
+        return None if found is None else found[1]
+
+    def _supervisor_named(self, job_id: str, record: dict[str, Any] | None = None) -> tuple[str, Any] | None:
+        """The job's supervisor actor and its name (from the job's record), ``None`` when it is gone."""
         owner = (record if record is not None else self.store.read(job_id)).get("owner") or {}
         try:
-            return ray.get_actor(owner["ray_actor"], namespace=owner.get("namespace", self.namespace))
+            name = owner["ray_actor"]
+            return name, ray.get_actor(name, namespace=owner.get("namespace", self.namespace))
         except (KeyError, ValueError):
             return None
 
@@ -643,7 +667,7 @@ class RayCluster(RecordCluster):
         actor = self._supervisor(job_id)
         if actor is not None:
             try:
-                ray.get(actor.stop.remote(), timeout=TERMINATE_TIMEOUT)
+                ray.get(actor.stop.remote(job_id), timeout=TERMINATE_TIMEOUT)
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass  # it ended meanwhile, or is stuck: the deadline below decides
         end = time.monotonic() + TERMINATE_TIMEOUT
@@ -651,10 +675,21 @@ class RayCluster(RecordCluster):
             if self.poll(job_id).status.is_terminal():
                 return
             time.sleep(0.1)
+        others: list[str] = []
         if actor is not None:
+            try:
+                others = [j for j in ray.get(actor.ping.remote(), timeout=10) if j != job_id]
+            except Exception:
+                others = []  # not answering: stuck, its other jobs with it
+        if actor is not None and not others:
             ray.kill(actor, no_restart=True)  # its placement groups and tasks go with it (it owns them)
+            raise FrayError(
+                f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was killed"
+            )
         raise FrayError(
-            f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was killed"
+            f"terminate: job {job_id} did not stop within {TERMINATE_TIMEOUT:.0f} s; its supervisor was not "
+            f"killed: it also runs {len(others)} other job(s) ({', '.join(others[:3])}); try again, or "
+            f"kill the actor {(self.store.read(job_id).get('owner') or {}).get('ray_actor')!r} to end them all"
         )
 
     def job_context(self) -> Any:
@@ -701,11 +736,19 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _kill_quietly(actor: Any) -> None:
+def _retire_quietly(actor: Any) -> None:
+    """Tell a supervisor to take no more jobs (not waited for: it may be busy or gone)."""
     try:
-        ray.kill(actor, no_restart=True)
+        actor.retire.remote()
     except Exception:
         pass  # it is gone already
+
+
+def _hosts(request: JobRequest) -> int:
+    """The hosts a job runs at most: its share of a supervisor process (``HOSTS_PER_SUPERVISOR``)."""
+    res = request.resources
+    per = res.device.hosts if isinstance(res.device, TpuConfig) else 1
+    return max(res.replica_counts) * per
 
 
 def _close_at_exit(ref: weakref.ref[RayCluster]) -> None:

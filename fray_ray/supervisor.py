@@ -1,12 +1,21 @@
-"""The supervisor of one job on Ray: a detached, non-preemptible actor that runs fray_core's
-:class:`~fray_core.supervisor.Supervisor` (the runner, the record, the log: the same code as the local backend's).
+"""The supervisor process of a client's jobs on Ray: a detached, non-preemptible actor that runs fray_core's
+:class:`~fray_core.supervisor.Supervisor` (the runner, the record, the log: the same code as the local backend's)
+for each job it was given, each in a thread of its own.
 
-A ``RayCluster`` keeps one supervisor warm (started, idle) and hands it the next job with ``start``, which
-runs the runner in a thread and returns at once: starting an actor costs ~0.4 s (a fresh worker process),
-which a launch then does not wait for. No task of the launching process is in flight afterwards, so the job
-outlives its launcher. The supervisor writes the job record and the log through the job store, takes
-``stop`` and log lines from anyone, and removes itself when the job ended. One that is never given a job
-removes itself after ``idle_timeout`` seconds (its client also kills it on exit).
+A ``RayCluster`` gives its jobs to one supervisor process (``start`` returns at once), as long as the process
+takes them: at most ``JOBS_PER_SUPERVISOR`` jobs in its life, and at most ``HOSTS_PER_SUPERVISOR`` hosts of
+running jobs (each host sends it log batches) unless it has none. Then the client starts the next one. One
+process per job cost the head ~100 MB and ~1.5 CPU-seconds per job (issue 29, bench/NOTES.md); shared by 16,
+a job's share is a few MB and a launch after the first starts no process. Jobs share a process only when they
+carry the same code (``runtime_env``): a job's request is unpickled there, which imports the user's modules.
+The lifetime cap bounds what those imports and any leak of a job's code can accumulate.
+
+No task of the launching process is in flight after ``launch``, so the job outlives its launcher. The process
+writes each job's record and log through the job store and takes ``stop`` and log lines from anyone. It removes
+itself when its client retired it (``retire``: the client closed, or moved on) and its last job ended, and
+after ``idle_timeout`` seconds without a job otherwise. Killed (``kill -9``, its node lost), every job it ran
+is reported FAILED by the next poll of any client (``RayCluster.owner_gone``): the record names the process,
+and Ray removes the jobs' host tasks and placement groups with it (it owns them).
 """
 
 from __future__ import annotations
@@ -48,11 +57,25 @@ def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
     return (settings["namespace"], settings["non_preemptible_resource"], tuple(settings["quarantine"]))
 
 
-__all__ = ["JobSupervisor", "WAIT_GROUP", "WAIT_THREADS", "supervisor_name"]
+__all__ = [
+    "JobSupervisor",
+    "JOBS_PER_SUPERVISOR",
+    "HOSTS_PER_SUPERVISOR",
+    "WAIT_GROUP",
+    "WAIT_THREADS",
+    "supervisor_name",
+]
 
-STANDBY_IDLE_TIMEOUT = 600.0  # seconds a warm supervisor waits for a job before it removes itself
+STANDBY_IDLE_TIMEOUT = 600.0  # seconds a supervisor without a job waits for one before it removes itself
+# Jobs one supervisor process takes in its life: its memory (~100 MB, bench/NOTES.md) shared by up to 16, and
+# a bound on what the jobs' code (imported here when a request is unpickled) can leave behind.
+JOBS_PER_SUPERVISOR = 16
+# Hosts of running jobs one supervisor process takes more jobs beside (each host sends it up to 5 log batches
+# a second): a job larger than that gets a process of its own.
+HOSTS_PER_SUPERVISOR = 512
 WAIT_GROUP = "wait"  # the actor's concurrency group of ``wait_ended`` calls
 WAIT_THREADS = 4  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
+# (a client waits on all its jobs of one supervisor with one call)
 MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
 WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits for it before going on
 SUPERVISOR_PREFIX = "fray-supervisor-"
@@ -83,96 +106,57 @@ def supervisor_name() -> str:
     return f"{SUPERVISOR_PREFIX}{uuid.uuid4().hex[:16]}"
 
 
-class JobSupervisor:
-    """Actor body (wrapped with ``ray.remote`` by the cluster). Methods other than the constructor are
-    served concurrently with the running job (a threaded actor)."""
+class _Ended(threading.Event):
+    """A job's "final record written" event that also wakes the process's waiters (``wait_ended``)."""
 
-    def __init__(
-        self,
-        name: str,
-        idle_timeout: float = STANDBY_IDLE_TIMEOUT,
-        job: tuple[str, bytes, dict[str, Any]] | None = None,
-        warm: dict[str, Any] | None = None,
-    ) -> None:
-        self.name = name
-        self.job_id: str | None = None
+    def __init__(self, wake: Any) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        self._wake()
+
+
+class _Job:
+    """One job of a supervisor process: its runner (fray_core's :class:`Supervisor`), record and log."""
+
+    def __init__(self, process: JobSupervisor, job_id: str, settings: dict[str, Any]) -> None:
+        self.process = process
+        self.job_id = job_id
+        self.hosts = _job_hosts(settings)
         self.runner: GangRunner | None = None
-        self.supervisor: Supervisor | None = None  # fray_core's, which runs the job
-        self._claim = threading.Lock()
-        self._claimed = False
-        self._stop_requested = threading.Event()
-        self._ended = threading.Event()  # set once the job's final record is written
-        self._warming: threading.Thread | None = None
-        if job is not None:  # a cold start: the job rides on the actor's creation, which Ray delivers
-            self.start(*job)  # even when the launching process exits at once
-        else:
-            threading.Thread(target=self._expire, args=(idle_timeout,), daemon=True, name="fray-standby-expiry").start()
-            if warm is not None:
-                self._warming = threading.Thread(
-                    target=self._warm_up, args=(warm,), daemon=True, name="fray-standby-warm-up"
-                )
-                self._warming.start()
-
-    def _warm_up(self, warm: dict[str, Any]) -> None:
-        """While idle, do what every job's start needs first, off its critical path (measured: ~20 ms per
-        job): the job store (its first use imports fsspec) and the connection to the namespace's scheduler
-        actor (created here if it does not exist yet). ``warm``: the launching cluster's ``jobs_dir``,
-        ``namespace``, ``non_preemptible_resource`` and ``quarantine``; a job with other settings makes its own."""
-        try:
-            from fray_core.records import JobStore
-            from fray_ray.scheduler import SchedulerClient
-
-            _import_job_modules()
-            # Ray's actor exit (the supervisor's last step) imports this: ~12-60 ms of CPU that would
-            # otherwise compete with the launcher reading the job's result
-            import ray.dag.compiled_dag_node  # noqa: F401
-
-            self._warm_store = JobStore(warm["jobs_dir"])
-            scheduler = SchedulerClient(warm["namespace"], warm["non_preemptible_resource"], warm["quarantine"])
-            scheduler.call("state")
-            self._warm_scheduler = (scheduler_key(warm), scheduler)
-        except Exception:
-            pass  # the job does it itself
-
-    def _expire(self, idle_timeout: float) -> None:
-        time.sleep(idle_timeout)
-        with self._claim:
-            if self._claimed:
-                return
-            self._claimed = True  # a late start() is refused: the client then starts a fresh supervisor
-        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
-
-    def start(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> bool:
-        """Take the job and return at once (the launcher waits for this answer); ``False`` when this
-        supervisor already had a job or expired."""
-        with self._claim:
-            if self._claimed:
-                return False
-            self._claimed = True
-            self.job_id = job_id
+        self.supervisor: Supervisor | None = None
+        self.provider: Any = None
+        self.log: Any = None
+        self.store: JobStore | None = None
+        self.stop_requested = threading.Event()
+        self.ended = _Ended(process._wake)  # set once the job's final record is written
         # The job's place in the cluster's queue, by the cluster's clock (the scheduler's, as its client read
         # it: ClusterClock), the same for every job; else when it reached this supervisor, by this (the head's)
         # clock. Never the record's submitted_at: its client's wall clock, another machine's.
         queued_at = settings.get("queued_at")
         self.received_at = float(queued_at) if isinstance(queued_at, (int, float)) else time.time()
-        threading.Thread(target=self._begin, args=(job_id, request_bytes, settings), daemon=True).start()
-        return True
 
-    def _begin(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> None:
-        """Start the job and run it. A job that cannot start (the store unreachable from here, its record
-        not found, any error before the runner runs) ends FAILED with the reason and this actor exits: never
-        a live actor beside a PENDING job."""
+    def begin(self, request_bytes: bytes, settings: dict[str, Any]) -> None:
+        """Start the job and run it (its own thread). A job that cannot start (the store unreachable from
+        here, its record not found, any error before the runner runs) ends FAILED with the reason: never a
+        PENDING job in a live supervisor that does not run it."""
         try:
-            started = self._prepare(job_id, request_bytes, settings)
-        except BaseException as e:
-            self._start_failed(job_id, settings, e)
-            return
-        if started:
-            self.supervisor.run()
+            try:
+                started = self._prepare(request_bytes, settings)
+            except BaseException as e:
+                self._start_failed(settings, e)
+                return
+            if started:
+                self.supervisor.run()  # never raises; its on_ended is self.finished
+        finally:
+            self.finished()  # idempotent: the process forgets the job (and exits when that was its last)
 
-    def _start_failed(self, job_id: str, settings: dict[str, Any], error: BaseException) -> None:
+    def _start_failed(self, settings: dict[str, Any], error: BaseException) -> None:
         """The job could not start: say why where every client looks (the record if the store works from
-        here, and Ray's KV store, which ``RayCluster.poll`` reads for a job whose supervisor is gone), exit."""
+        here, and Ray's KV store, which ``RayCluster.poll`` reads for a job whose supervisor is gone)."""
+        job_id = self.job_id
         reason = (
             f"the job could not start on the Ray cluster: {type(error).__name__}: {error} (job store "
             f"{settings.get('jobs_dir')!r}, as the cluster's head sees it)"
@@ -191,43 +175,31 @@ class JobSupervisor:
             info = JobInfo.from_json(self.store.read(job_id))
             if not info.status.is_terminal():
                 info.status, info.error, info.finished_at = JobStatus.FAILED, reason, time.time()
-                log = getattr(self, "log", None)
-                if log is not None:
-                    log.close()
-                self.store.write_final(info, **_owner(self.name, settings))
+                if self.log is not None:
+                    self.log.close()
+                self.store.write_final(info, **_owner(self.process.name, settings))
         except Exception:
             pass  # no store or no record here: the KV entry says it
-        self._ended.set()
-        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+        self.ended.set()
 
-    def _prepare(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> bool:
+    def _prepare(self, request_bytes: bytes, settings: dict[str, Any]) -> bool:
         """Load the request (this imports the user's modules) and make the runner; ``False`` when the job
         already ended (its request cannot be loaded here)."""
-        if self._warming is not None:  # a job that came during the warm-up: finish it rather than do it twice
-            self._warming.join(WARM_UP_JOIN)
         import cloudpickle
 
         from fray_core.joblog import LogSink
-        from fray_core.records import JobStore
         from fray_core.runner import RetryPolicy
         from fray_core.supervisor import Supervisor
         from fray_core.types import JobInfo, JobRequest, JobStatus
         from fray_ray._host import HostConfig
         from fray_ray.provider import QUEUE_TTL, RaySliceProvider
 
+        job_id = self.job_id
         for p in reversed(settings["sys_path"]):
             if p not in sys.path and os.path.isdir(p):
                 sys.path.insert(0, p)
-        self.settings = settings
-        warm_store: JobStore | None = getattr(self, "_warm_store", None)
-        self.store = (
-            warm_store
-            if warm_store is not None and warm_store.root == settings["jobs_dir"]
-            else JobStore(settings["jobs_dir"])
-        )
-        self.store.read(
-            job_id
-        )  # the client wrote it: not found means this is not the client's store (nothing made here)
+        self.store = self.process.store_for(settings["jobs_dir"])
+        self.store.read(job_id)  # the client wrote it: not found means this is not the client's store
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         log_path = (
             self.store.log_path(job_id)
@@ -235,7 +207,7 @@ class JobSupervisor:
             else os.path.join(tempfile.mkdtemp(prefix="fray-ray-log-"), "job.log")
         )
         self.log = LogSink(log_path)
-        owner = _owner(self.name, settings)
+        owner = _owner(self.process.name, settings)
         try:
             request: JobRequest = cloudpickle.loads(request_bytes)
         except Exception as e:  # the user's module is not importable on the cluster
@@ -245,8 +217,7 @@ class JobSupervisor:
             info.finished_at = time.time()
             self.log.close()
             self.store.write_final(info, **owner)
-            self._ended.set()
-            ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+            self.ended.set()
             return False
         env = request.environment
         runtime_env: dict[str, Any] = {}  # new clients: none, the host tasks inherit this actor's (the job's code)
@@ -255,12 +226,12 @@ class JobSupervisor:
         if "runtime_env" not in settings and env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
         info = JobInfo.from_json(self.store.read(job_id))
-        me = ray.get_runtime_context().current_actor
         host_config = HostConfig(
             sys_path=tuple(settings["sys_path"]),
             cwd=settings["cwd"],
-            supervisor=me,
+            supervisor=ray.get_runtime_context().current_actor,
             preemption_probe=settings.get("preemption_probe"),
+            job_id=job_id,
         )
         self.provider = RaySliceProvider(
             job_id,
@@ -272,65 +243,240 @@ class JobSupervisor:
             namespace=settings["namespace"],
             quarantine=settings.get("quarantine", (2, 3600.0, 1800.0)),
             queue_ttl=settings.get("queue_ttl", QUEUE_TTL),
-            scheduler=self._scheduler_for(settings),
+            scheduler=self.process.scheduler_for(settings),
             submitted_at=self.received_at,
             log=self.log.write,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         self.supervisor = Supervisor(
             self.store, request, self.provider, self.log, info=info, policy=settings["policy"] or RetryPolicy(),
-            owner=owner, label="Ray", on_ended=self._exit, received_at=min(self.received_at, time.time()),
+            owner=owner, label="Ray", on_ended=self.finished, received_at=min(self.received_at, time.time()),
         )  # fmt: skip
-        self.supervisor.ended = self._ended  # the event wait_ended() serves: set once the final record is written
+        self.supervisor.ended = self.ended  # the event wait_ended() serves: set once the final record is written
         self.runner = self.supervisor.runner
-        if self._stop_requested.is_set():  # a terminate that came before the runner existed
+        if self.stop_requested.is_set():  # a stop that came before the runner existed
             self.runner.stop()
         if not self.store.is_local:
             threading.Thread(target=self.supervisor.upload_loop, daemon=True).start()
         return True
 
-    def _scheduler_for(self, settings: dict[str, Any]) -> SchedulerClient | None:
-        """The scheduler client the warm-up connected, if it was made for these settings."""
-        warm = getattr(self, "_warm_scheduler", None)
-        key = scheduler_key({"quarantine": (2, 3600.0, 1800.0), **settings})
-        return warm[1] if warm is not None and warm[0] == key else None
-
-    def _exit(self) -> None:
-        """The job ended and everything of it is released: this actor goes away (with the job's local copy
-        of its log when its store is elsewhere: the store has it all by now)."""
-        if not self.store.is_local:
+    def finished(self) -> None:
+        """The job ended and everything of it is released: drop the job's local copy of its log when its
+        store is elsewhere (the store has it all by now), and let the process forget it."""
+        if self.store is not None and not self.store.is_local and self.log is not None:
             shutil.rmtree(os.path.dirname(self.log.path), ignore_errors=True)
+        self.process.job_done(self.job_id)
+
+    def stop(self) -> None:
+        self.stop_requested.set()
+        if self.runner is not None:
+            self.runner.stop()
+
+
+def _job_hosts(settings: dict[str, Any]) -> int:
+    """The hosts a job runs (its client counts them: ``settings["hosts"]``), at least 1."""
+    try:
+        return max(1, int(settings.get("hosts", 1)))
+    except (TypeError, ValueError):
+        return 1
+
+
+class JobSupervisor:
+    """Actor body (wrapped with ``ray.remote`` by the cluster): the supervisor process of up to
+    ``max_jobs`` jobs in its life. Methods other than the constructor are served concurrently with the
+    running jobs (a threaded actor); the ones for a job take its id first."""
+
+    def __init__(
+        self,
+        name: str,
+        idle_timeout: float = STANDBY_IDLE_TIMEOUT,
+        job: tuple[str, bytes, dict[str, Any]] | None = None,
+        warm: dict[str, Any] | None = None,
+        max_jobs: int = JOBS_PER_SUPERVISOR,
+    ) -> None:
+        self.name = name
+        self.max_jobs = max_jobs  # jobs it takes in its life
+        self.jobs: dict[str, _Job] = {}  # the jobs running here, by id
+        self.taken = 0  # jobs taken in this process's life
+        self.hosts = 0  # hosts of the jobs running here
+        self.idle_timeout = idle_timeout
+        self._lock = threading.Condition()  # guards the above; notified when a job ends (wait_ended)
+        self._retired = False  # takes no more jobs: exits when its last job ended
+        self._closing = False  # exiting
+        self._idle_since = time.monotonic()
+        self._stores: dict[str, JobStore] = {}
+        self._warm_scheduler: tuple[tuple[Any, ...], SchedulerClient] | None = None
+        self._warming: threading.Thread | None = None
+        if job is not None:  # a cold start: the first job rides on the actor's creation, which Ray delivers
+            self.start(*job)  # even when the launching process exits at once
+        elif warm is not None:
+            self._warming = threading.Thread(target=self._warm_up, args=(warm,), daemon=True, name="fray-warm-up")
+            self._warming.start()
+        threading.Thread(target=self._expire, daemon=True, name="fray-supervisor-expiry").start()
+
+    def _warm_up(self, warm: dict[str, Any]) -> None:
+        """While idle, do what every job's start needs first, off its critical path (measured: ~20 ms per
+        job): the job store (its first use imports fsspec) and the connection to the namespace's scheduler
+        actor (created here if it does not exist yet). ``warm``: the launching cluster's ``jobs_dir``,
+        ``namespace``, ``non_preemptible_resource`` and ``quarantine``; a job with other settings makes its own."""
+        try:
+            from fray_ray.scheduler import SchedulerClient
+
+            _import_job_modules()
+            # Ray's actor exit (the supervisor's last step) imports this: ~12-60 ms of CPU that would
+            # otherwise compete with the launcher reading the job's result
+            import ray.dag.compiled_dag_node  # noqa: F401
+
+            self.store_for(warm["jobs_dir"])
+            scheduler = SchedulerClient(warm["namespace"], warm["non_preemptible_resource"], warm["quarantine"])
+            scheduler.call("state")
+            self._warm_scheduler = (scheduler_key(warm), scheduler)
+        except Exception:
+            pass  # the job does it itself
+
+    def _expire(self) -> None:
+        """Remove this process once it had no job for ``idle_timeout`` seconds."""
+        with self._lock:
+            while not self._closing:
+                idle = time.monotonic() - self._idle_since
+                if not self.jobs and idle >= self.idle_timeout:
+                    self._closing = True  # a late start() is refused: the client then starts a fresh supervisor
+                    break
+                self._lock.wait(self.idle_timeout - idle if not self.jobs else self.idle_timeout)
+            else:
+                return  # another path is removing it (retired and its last job ended)
+        self._terminate()
+
+    @staticmethod
+    def _terminate() -> None:
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
+
+    def store_for(self, root: str) -> JobStore:
+        """The job store at ``root``, one per store for every job of this process."""
+        from fray_core.records import JobStore
+
+        with self._lock:
+            store = self._stores.get(root)
+        if store is None:
+            store = JobStore(root)
+            with self._lock:
+                store = self._stores.setdefault(root, store)
+        return store
+
+    def scheduler_for(self, settings: dict[str, Any]) -> SchedulerClient | None:
+        """The scheduler client the warm-up connected, if it was made for these settings: given to one job
+        (a client keeps one call of each kind in flight: each job has its own)."""
+        if self._warming is not None:  # a job that came during the warm-up: finish it rather than do it twice
+            self._warming.join(WARM_UP_JOIN)
+        with self._lock:
+            warm = self._warm_scheduler
+            if warm is None or warm[0] != scheduler_key({"quarantine": (2, 3600.0, 1800.0), **settings}):
+                return None
+            self._warm_scheduler = None
+            return warm[1]
+
+    def start(self, job_id: str, request_bytes: bytes, settings: dict[str, Any]) -> bool:
+        """Take the job and return at once (the launcher waits for this answer); ``False`` when this
+        process takes no more jobs (full, retired or exiting): the client then starts the next one."""
+        hosts = _job_hosts(settings)
+        with self._lock:
+            if job_id in self.jobs:
+                return True  # the same hand-over again
+            full = self.taken >= self.max_jobs or (self.jobs and self.hosts + hosts > HOSTS_PER_SUPERVISOR)
+            if full:
+                self._retired = True
+            if self._closing or self._retired:
+                if not self.jobs and not self._closing:
+                    self._closing = True
+                    self._terminate()
+                return False
+            self.taken += 1
+            self.hosts += hosts
+            job = self.jobs[job_id] = _Job(self, job_id, settings)
+            self._lock.notify_all()
+        threading.Thread(
+            target=job.begin, args=(request_bytes, settings), daemon=True, name=f"fray-job-{job_id}"
+        ).start()
+        return True
+
+    def job_done(self, job_id: str) -> None:
+        """A job ended (its final record written, everything of it released): forget it; the process
+        exits when that was its last job and it takes no more."""
+        with self._lock:
+            job = self.jobs.pop(job_id, None)
+            if job is None:
+                return
+            job.ended.set()
+            self.hosts -= job.hosts
+            self._idle_since = time.monotonic()
+            if self.taken >= self.max_jobs:
+                self._retired = True
+            exit_now = not self.jobs and self._retired and not self._closing
+            if exit_now:
+                self._closing = True
+            self._lock.notify_all()
+        if exit_now:
+            self._terminate()
 
     # ---------------------------------------------------------------------------- called by others
 
-    def stop(self) -> bool:
-        """Terminate the job: the runner cancels every host and releases every slice."""
-        self._stop_requested.set()
-        if self.runner is not None:
-            self.runner.stop()
+    def retire(self) -> bool:
+        """Take no more jobs (the client closed or moved on); exit now if no job runs here, else when the
+        last one ended."""
+        with self._lock:
+            self._retired = True
+            exit_now = not self.jobs and not self._closing
+            if exit_now:
+                self._closing = True
+            self._lock.notify_all()
+        if exit_now:
+            self._terminate()
         return True
 
-    def host_started(self, tag: str, process: HostProcess | None = None) -> None:
+    def stop(self, job_id: str) -> bool:
+        """Terminate the job: the runner cancels every host and releases every slice. ``False``: the job is
+        not running here (it ended)."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        job.stop()
+        return True
+
+    def host_started(self, job_id: str, tag: str, process: HostProcess | None = None) -> None:
         """A host's process reports in before it runs the user's code (the job is RUNNING once all did),
         saying where it runs (a graceful stop signals it there)."""
-        provider = getattr(self, "provider", None)
-        if provider is not None:
-            provider.mark_started(tag, process)
+        job = self.jobs.get(job_id)
+        if job is not None and job.provider is not None:
+            job.provider.mark_started(tag, process)
 
-    def append_log(self, tag: str, lines: list[str]) -> None:
+    def append_log(self, job_id: str, tag: str, lines: list[str]) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.log is None:
+            return  # the job ended: its log is closed
         for line in lines:
-            self.log.write(tag, line)
-        provider = getattr(self, "provider", None)
-        if provider is not None:
-            provider.saw_log(tag, lines)  # a stalled host's stacks arriving (see RaySliceProvider.dump_stacks)
+            job.log.write(tag, line)
+        if job.provider is not None:
+            job.provider.saw_log(tag, lines)  # a stalled host's stacks arriving (see RaySliceProvider.dump_stacks)
 
     @ray.method(concurrency_group=WAIT_GROUP)
-    def wait_ended(self, timeout: float) -> bool:
-        """Block until the job's final record is written (True) or ``timeout`` seconds (at most
-        ``MAX_WAIT_CALL``) pass (False): how a client's ``wait`` learns of the end without polling. Served
-        by threads of their own, so waiting clients never hold up ``stop`` or the hosts' reports."""
-        return self._ended.wait(max(0.0, min(timeout, MAX_WAIT_CALL)))
+    def wait_ended(self, job_ids: list[str], timeout: float) -> bool:
+        """Block until the final record of one of ``job_ids`` is written (True; also for a job not running
+        here) or ``timeout`` seconds (at most ``MAX_WAIT_CALL``) pass (False): how a client's ``wait``
+        learns of an end without polling. Served by threads of their own, so waiting clients never hold up
+        ``stop`` or the hosts' reports."""
 
-    def ping(self) -> str:
-        return self.job_id
+        def one_ended() -> bool:
+            return any((j := self.jobs.get(job_id)) is None or j.ended.is_set() for job_id in job_ids)
+
+        with self._lock:
+            return self._lock.wait_for(one_ended, max(0.0, min(timeout, MAX_WAIT_CALL)))
+
+    def ping(self) -> list[str]:
+        """The ids of the jobs running here (empty: an idle supervisor)."""
+        with self._lock:
+            return list(self.jobs)

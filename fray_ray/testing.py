@@ -498,11 +498,12 @@ class FakeTpuCluster:
                 if name["name"].startswith("fray-supervisor-"):
                     try:
                         actor = ray.get_actor(name["name"], namespace=name["namespace"])
-                        job = ray.get(actor.ping.remote(), timeout=10)
+                        jobs = ray.get(actor.ping.remote(), timeout=10)
                     except Exception:
                         continue
-                    if job and any(n.startswith(f"fray-{job}-") for n in left):
-                        done.append(f"  killed the supervisor of {job}")
+                    leaking = [job for job in jobs if any(n.startswith(f"fray-{job}-") for n in left)]
+                    if leaking:
+                        done.append(f"  killed the supervisor of {', '.join(leaking)}")
                         ray.kill(actor, no_restart=True)
         while groups():
             if time.monotonic() >= end:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -261,38 +262,81 @@ def test_a_job_whose_supervisor_is_gone_is_failed_not_running_forever(ray_tpu_cl
         wait_for(lambda pid=pid: not pid_alive(pid), what=f"host {m.name} to die with its supervisor")
 
 
-def test_the_next_supervisor_is_started_ahead_and_an_unused_one_goes_away(ray_tpu_cluster: Any) -> None:
+def test_a_clients_jobs_share_a_supervisor_process_until_it_is_full_then_the_next_is_started_ahead(
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ray.util import list_named_actors
 
+    from fray_ray import cluster as cluster_module
     from fray_ray.cluster import _Supervisor
 
     def alive(name: str) -> bool:
         return any(a["name"] == name for a in list_named_actors(all_namespaces=True))
 
+    def owner(job_id: str) -> str:
+        return client.store.read(job_id)["owner"]["ray_actor"]
+
+    monkeypatch.setattr(cluster_module, "JOBS_PER_SUPERVISOR", 2)  # the client's cap, given to its supervisors
     client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
-    first = client.launch(JobRequest(name="first", entrypoint=Entrypoint(callable=os.getpid)))
-    # not started at launch, beside the job's own host workers (it would slow them down), but once they run
-    hosts_started = lambda: any(a.hosts_started_at for a in client.poll(first).attempts)  # noqa: E731
-    assert client._standby is None or hosts_started()
-    wait_for(
-        lambda: client._standby is not None and alive(client._standby[0]), what="the next job's supervisor to be up"
-    )
-    assert hosts_started() or client.poll(first).status.is_terminal()
+    request = JobRequest(name="shared", entrypoint=Entrypoint(callable=os.getpid))
+    first = client.launch(request)  # no supervisor yet: started with the job, and kept for the next ones
+    second = client.launch(request)
+    assert owner(second) == owner(first)  # no process started for the second job
+    pids = {i.result[0] for i in client.wait([first, second], timeout=120, raise_on_failure=True)}
+    assert len(pids) == 2  # each job had its own host process, only the supervisor is shared
+    # the supervisor took its last job (2): it goes once both ended, and the next one is started ahead, once
+    # the second job's hosts ran (not at launch: it would compete with the hosts for CPU)
+    wait_for(lambda: not alive(owner(first)), what="the full supervisor to go once its jobs ended")
+    wait_for(lambda: client._standby is not None and alive(client._standby[0]), what="the next supervisor")
     warm = client._standby[0]
-    second = client.launch(JobRequest(name="second", entrypoint=Entrypoint(callable=os.getpid)))
-    assert client.store.read(second)["owner"]["ray_actor"] == warm  # the launch took the warm one
-    assert all(i.status == JobStatus.SUCCEEDED for i in client.wait([first, second], timeout=120))
-    wait_for(lambda: client._standby is not None, what="the next supervisor after the second job")
-    warm = client._standby[0]
+    third = client.launch(request)
+    assert owner(third) == warm  # the launch took the warm one
+    assert client.wait(third, timeout=120).status == JobStatus.SUCCEEDED
+    assert alive(warm)  # idle, kept for the client's next job
     client.close()
-    wait_for(lambda: not alive(warm), what="close() to remove the unused supervisor")
-    # one that no client removes (its client was killed) goes away by itself
+    wait_for(lambda: not alive(warm), what="close() to retire the idle supervisor")
+    # one that no client retires goes away by itself
     name = "fray-supervisor-expiry-test"
     _Supervisor.options(name=name, namespace="fray", lifetime="detached", num_cpus=0, max_concurrency=4).remote(
         name, idle_timeout=1.0
     )
     wait_for(lambda: alive(name), what="the standby to start")
     wait_for(lambda: not alive(name), what="an idle standby to remove itself")
+
+
+def test_a_supervisor_killed_with_9_ends_each_of_its_jobs_with_the_truth(ray_tpu_cluster: Any, tmp_path: Path) -> None:
+    """Two running jobs share a supervisor process; ``kill -9`` of it: both are reported FAILED naming their
+    supervisor (no hang, no retry charged), their hosts die with it, and the slice comes back."""
+    cluster = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, warm_supervisor=False)
+    tpu_job = cluster.launch(tpu_request(hold, marker_dir=str(tmp_path)))
+    cpu_marker = tmp_path / "cpu"
+    cpu_marker.mkdir()
+    cpu_job = cluster.launch(
+        JobRequest(
+            name="cpu-hold", entrypoint=Entrypoint(callable=_hold_cpu, function_args={"marker": str(cpu_marker)})
+        )
+    )
+    owner = cluster.store.read(tpu_job)["owner"]
+    assert cluster.store.read(cpu_job)["owner"]["ray_actor"] == owner["ray_actor"]
+    wait_for(lambda: started(tmp_path, 0) == 2 and (cpu_marker / "pid").exists(), what="every host of both jobs")
+    handle = ray.get_actor(owner["ray_actor"], namespace=owner["namespace"])
+    pid = ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    for job_id in (tpu_job, cpu_job):
+        info = wait_for(lambda j=job_id: (i := cluster.poll(j)).status.is_terminal() and i, what=f"{job_id} ended")
+        assert info.status == JobStatus.FAILED and owner["ray_actor"] in info.error and "is gone" in info.error
+        assert all(a.outcome is None or a.outcome.value != "FAILED" for a in info.attempts)  # nothing charged
+    host_pids = [int(m.read_text()) for m in tmp_path.glob("started-a0-*")] + [int((cpu_marker / "pid").read_text())]
+    for host in host_pids:
+        wait_for(lambda p=host: not pid_alive(p), what=f"host {host} to die with its supervisor")
+    follow = cluster.launch(tpu_request(os.getpid))  # the slice came back
+    assert cluster.wait(follow, timeout=180).status == JobStatus.SUCCEEDED
+    cluster.close()
+
+
+def _hold_cpu(marker: str) -> None:
+    Path(marker, "pid").write_text(str(os.getpid()))
+    time.sleep(300)
 
 
 def _idle_standby(actor: dict[str, str]) -> bool:
@@ -375,9 +419,9 @@ def test_a_store_the_cluster_cannot_reach_fails_launch_in_the_caller_naming_it(r
     assert info.status is JobStatus.FAILED and info.error == str(e.value)
 
 
-def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exits(ray_tpu_cluster: Any) -> None:
+def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_drops_it(ray_tpu_cluster: Any) -> None:
     """The store check passed once (or was skipped), yet the head cannot read this job's record: the supervisor
-    says why and goes away; the job is FAILED at once (not PENDING for the supervisor start grace)."""
+    says why and drops the job; the job is FAILED at once (not PENDING for the supervisor start grace)."""
     client = RayCluster(
         address=ray_tpu_cluster.address, jobs_dir=f"memory://fray-gone-{os.getpid()}", warm_supervisor=False
     )
@@ -389,6 +433,9 @@ def test_a_supervisor_that_cannot_start_its_job_fails_it_with_the_reason_and_exi
     )
     assert "could not start on the Ray cluster: JobNotFoundError" in info.error, info.error
     assert info.submitted_at > time.time() - 30  # well within SUPERVISOR_START_GRACE of the launch
+    handle = ray.get_actor(actor, namespace="fray")
+    wait_for(lambda: job_id not in ray.get(handle.ping.remote(), timeout=10), timeout=30, what="the job dropped")
+    client.close()  # its client's supervisor, idle: retired, it exits
     wait_for(
         lambda: actor not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
         timeout=30,

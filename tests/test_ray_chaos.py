@@ -72,7 +72,8 @@ class Case:
 
 
 def leftovers(job_id: str, record: dict[str, Any]) -> list[str]:
-    """The job's placement groups not REMOVED and its supervisor actor if still alive (Ray's GCS state)."""
+    """The job's placement groups not REMOVED (Ray's GCS state), and its supervisor if it still runs the job
+    (a supervisor process is shared by a client's jobs: it stays for the next one, without this one)."""
     from ray.util import placement_group_table
 
     out = [
@@ -82,10 +83,16 @@ def leftovers(job_id: str, record: dict[str, Any]) -> list[str]:
     ]
     owner = record.get("owner") or {}
     try:
-        ray.get_actor(owner["ray_actor"], namespace=owner.get("namespace", "fray"))
-        out.append(f"supervisor {owner['ray_actor']}")
+        actor = ray.get_actor(owner["ray_actor"], namespace=owner.get("namespace", "fray"))
     except (KeyError, ValueError):
-        pass
+        return out  # gone
+    try:
+        if job_id in ray.get(actor.ping.remote(), timeout=10):
+            out.append(f"supervisor {owner['ray_actor']} still runs it")
+    except ray.exceptions.RayActorError:
+        pass  # it exited meanwhile
+    except ray.exceptions.GetTimeoutError:
+        out.append(f"supervisor {owner['ray_actor']} not answering")
     return out
 
 

@@ -113,7 +113,7 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     class Stuck:
         class append_log:  # noqa: N801 (Ray's method-handle shape)
             @staticmethod
-            def remote(tag: str, lines: list[str]) -> Any:
+            def remote(job_id: str, tag: str, lines: list[str]) -> Any:
                 sent.append(lines)
                 return object()
 
@@ -121,6 +121,7 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     monkeypatch.setattr(ray, "wait", lambda refs, **kw: ([], list(refs)))  # the batch in flight never completes
     pump = _host._LogPump.__new__(_host._LogPump)  # its state only: no fds redirected
     pump.tag, pump.supervisor, pump._pending, pump._dropped, pump._last_send = "s0/h0", Stuck, [], 0, None
+    pump.job_id = "job-1"
     pump._lock = threading.Lock()
     pump.tail = collections.deque(maxlen=5)
     for i in range(10):
