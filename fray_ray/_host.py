@@ -1,4 +1,7 @@
-"""What runs inside one host's (or one replica's) Ray task: a fresh worker process (``max_calls=1``).
+"""What runs inside one host's (or one replica's) Ray task: a fresh worker process (``max_calls=1``) for a TPU or
+GPU host, whose device the process holds until it exits; a worker Ray may reuse for the next task for a CPU
+replica (``HostConfig.shared_worker``), which then undoes what it changed in the process (environment,
+``sys.path``, cwd, fds 1 and 2, the heartbeat channel) when it ends.
 
 It puts the driver's ``sys.path`` and cwd in place (so functions of a test module or a script unpickle),
 sets the host's env, checks the TPU device is not held by another process (:class:`TpuBusyError`, a
@@ -29,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -59,6 +63,7 @@ __all__ = [
     "gce_preempted",
     "host_payload",
     "run_host",
+    "run_shared_host",
     "signal_host",
     "tpu_devices",
 ]
@@ -294,6 +299,26 @@ class HostProcess:
     pid: int
     start_ticks: int | None
     token: str
+    shared: bool = False  # a worker Ray reuses: signalled only while it still runs this host (worker_mark)
+
+
+def worker_mark(pid: int) -> str:
+    """The file on a node that says which host a reusable worker process runs now (its token): a signal
+    for a host that ended must not reach the next task of the same worker."""
+    return os.path.join(tempfile.gettempdir(), f"fray-worker-{pid}")
+
+
+def _runs_host(process: HostProcess) -> bool:
+    """The worker process is still the one the host reported (and, if shared, still runs that host)."""
+    if process.start_ticks is None or start_ticks(process.pid) != process.start_ticks:
+        return False
+    if not process.shared:
+        return True
+    try:
+        with open(worker_mark(process.pid)) as f:
+            return f.read() == process.token
+    except OSError:
+        return False  # the host ended: the worker is idle or runs another task
 
 
 def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
@@ -305,7 +330,7 @@ def signal_host(process: HostProcess, sig: int = signal.SIGTERM) -> int:
     if ray.get_runtime_context().get_node_id() != process.node_id:
         return 0
     targets = []
-    if process.start_ticks is not None and start_ticks(process.pid) == process.start_ticks:
+    if _runs_host(process):
         targets.append(process.pid)
     mark = f"{HOST_TOKEN_ENV}={process.token}".encode()
     for d in os.listdir("/proc"):
@@ -336,8 +361,8 @@ def dump_host_stacks(process: HostProcess) -> bool:
 
     if ray.get_runtime_context().get_node_id() != process.node_id:
         return False
-    if process.start_ticks is None or start_ticks(process.pid) != process.start_ticks:
-        return False  # the worker is gone (its pid may be another process's now)
+    if not _runs_host(process):
+        return False  # the worker is gone (its pid may be another process's now), or runs another task
     try:
         os.kill(process.pid, STACKS_SIGNAL)
     except OSError:
@@ -424,6 +449,8 @@ class HostConfig:
     preemption_probe: Callable[[], bool] | None = gce_preempted
     clean_lockfile: bool = True
     job_id: str = ""  # the job's id, with which the host's calls to its (shared) supervisor name it
+    # the worker may run other tasks after this one (a CPU replica's): undo what the host changed in it
+    shared_worker: bool = False
 
 
 class _LogPump:
@@ -442,6 +469,7 @@ class _LogPump:
         sys.stdout.flush()
         sys.stderr.flush()
         self._orig_out = os.dup(1)
+        self._orig_err = os.dup(2)
         r, w = os.pipe()
         os.dup2(w, 1)
         os.dup2(w, 2)
@@ -505,7 +533,7 @@ class _LogPump:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(self._orig_out, 1)  # closes the pipe's write ends: the reader drains and stops
-        os.dup2(self._orig_out, 2)
+        os.dup2(self._orig_err, 2)
         self._reader.join(5.0)
         self._stop.set()
         self._sender.join(5.0)
@@ -515,6 +543,11 @@ class _LogPump:
                 ray.get(self._last_send, timeout=10.0)
             except Exception:
                 pass  # the supervisor is gone or slow: the log is best effort, the result is not
+        if (
+            not self._reader.is_alive()
+        ):  # else it still writes to _orig_out: leave both (a fresh worker's exit closes them)
+            for fd in (self._orig_out, self._orig_err):
+                os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -571,6 +604,34 @@ def host_payload(entrypoint: Any) -> tuple[Any, ...]:
 def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, config: HostConfig) -> Any:
     """The body of a host task: returns the callable's value (``None`` for a binary that exits 0).
     ``entry_bytes``: :func:`host_payload`, pickled."""
+    if not config.shared_worker:
+        return _run_host(entry_bytes, env, tag, where, config)
+    # A worker Ray reuses: what this host changes in the process is undone, the next task starts as Ray
+    # left it (threads the user's code started and left running are the one thing not undone, as with any
+    # Ray task; processes it started are killed: see _Reaper).
+    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
+    try:
+        return _run_host(entry_bytes, env, tag, where, config)
+    finally:
+        from fray_core import hostapi
+
+        hostapi.set_channel()
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        try:
+            os.chdir(saved_cwd)
+        except OSError:
+            pass
+
+
+def run_shared_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, config: HostConfig) -> Any:
+    """:func:`run_host` as a function of its own name: the body of a CPU replica's task, which Ray runs in a
+    worker it reuses (``max_calls`` is the remote function's, see ``fray_ray.provider``)."""
+    return run_host(entry_bytes, env, tag, where, config)
+
+
+def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, config: HostConfig) -> Any:
     for p in reversed(config.sys_path):
         if p not in sys.path and os.path.isdir(p):
             sys.path.insert(0, p)
@@ -599,8 +660,14 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             import ray
 
             me = HostProcess(
-                ray.get_runtime_context().get_node_id(), os.getpid(), start_ticks(os.getpid()), reaper.token
+                ray.get_runtime_context().get_node_id(),
+                os.getpid(),
+                start_ticks(os.getpid()),
+                reaper.token,
+                shared=config.shared_worker,
             )
+            if config.shared_worker:
+                _write_mark(reaper.token)
             config.supervisor.host_started.remote(config.job_id, tag, me)
             _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
             threading.Thread(
@@ -638,8 +705,29 @@ def run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, conf
             sys.stderr.flush()
     finally:
         watching.set()
+        if config.shared_worker:
+            _remove_mark()
         reaper.finish()
         pump.close()
+
+
+def _write_mark(token: str) -> None:
+    """Say on this node that this worker runs the host of ``token`` (see :func:`worker_mark`)."""
+    path = worker_mark(os.getpid())
+    try:
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # no mark: a graceful stop reaches only the host's own processes, not this worker
+
+
+def _remove_mark() -> None:
+    try:
+        os.unlink(worker_mark(os.getpid()))
+    except OSError:
+        pass
 
 
 def _raise_device_fault(e: BaseException, where: str, lockfile: str, pump: _LogPump) -> None:

@@ -72,7 +72,9 @@ TERMINATE_TIMEOUT = 60.0
 SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
 HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
-RETIRE_TIMEOUT = 5.0  # seconds close() waits for its supervisor to hear it takes no more jobs
+# seconds close() waits for its supervisors to hear they take no more jobs: a supervisor still starting would
+# hold a `fray launch` at exit for its whole start; one not told goes 60 s after its last job (IDLE_AFTER_JOBS)
+RETIRE_TIMEOUT = 1.0
 WARM_AFTER_TIMEOUT = 60.0  # seconds a launch waits for its hosts to start before warming the next supervisor anyway
 CLOCK_RESYNC = 600.0  # seconds between two readings of the cluster's clock by one client
 CLOCK_RETRY = 30.0  # seconds before a client tries again when the cluster's clock could not be read
@@ -240,6 +242,9 @@ class RayCluster(RecordCluster):
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
         self._store_ok = False  # the head has read this store (see _check_store)
         self._standby_env: dict[str, Any] = {}  # the runtime_env the standby supervisor was started with
+        # The next supervisor, started once the current one took half its jobs, so that the launch after its
+        # last does not wait for a process to start (name, handle, runtime_env)
+        self._spare: tuple[str, Any, dict[str, Any]] | None = None
         self._last_env: dict[str, Any] = {}  # the last launched job's
         self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
         self._unmark_queue: list[str] = []  # launching markers to remove (see _unmark_later)
@@ -374,11 +379,22 @@ class RayCluster(RecordCluster):
                     standby = None
                 self._last_env = runtime_env
             if standby is not None and self._hand_over(standby, info, job):
+                spare = False
                 with self._standby_lock:
                     if self._standby is not None and self._standby[0] == standby[0]:
                         jobs = self._standby[2] + 1
-                        # it takes no more after its last (it retired itself): the next launch starts the next
-                        self._standby = (standby[0], standby[1], jobs) if jobs < JOBS_PER_SUPERVISOR else None
+                        # it takes no more after its last (it retires itself): the next goes to the spare
+                        if jobs < JOBS_PER_SUPERVISOR:
+                            self._standby = (standby[0], standby[1], jobs)
+                        else:
+                            self._standby = self._promote_spare(runtime_env)
+                        spare = (
+                            self.warm_supervisor
+                            and self._spare is None
+                            and JOBS_PER_SUPERVISOR // 2 <= jobs < JOBS_PER_SUPERVISOR
+                        )
+                if spare:
+                    self._start_spare(runtime_env)
             else:
                 marked = marked or self._mark_launching(job_id)
                 name = supervisor_name()
@@ -432,6 +448,42 @@ class RayCluster(RecordCluster):
             for job_id in todo:
                 self._kv("del", launching_key(job_id))
 
+    def _promote_spare(self, runtime_env: dict[str, Any]) -> tuple[str, Any, int] | None:
+        """The spare as the supervisor of the client's next jobs, if it carries their code (under the lock)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if spare[2] != runtime_env:
+            _retire_quietly(spare[1])
+            return None
+        self._standby_env = spare[2]
+        return (spare[0], spare[1], 0)
+
+    def _warm(self) -> dict[str, Any]:
+        """What a warm supervisor prepares for (see ``JobSupervisor._warm_up``)."""
+        return {
+            "jobs_dir": self.store.root,
+            "namespace": self.namespace,
+            "non_preemptible_resource": self.non_preemptible_resource,
+            "quarantine": self.quarantine,
+        }
+
+    def _start_spare(self, runtime_env: dict[str, Any]) -> None:
+        """Start the next supervisor while the current one still takes jobs (an actor start: ~0.4 s of a
+        fresh process; waited for by the first launch that needs it otherwise)."""
+        name = supervisor_name()
+        try:
+            actor = self._supervisor_options(name, runtime_env).remote(
+                name, warm=self._warm(), max_jobs=JOBS_PER_SUPERVISOR
+            )
+        except Exception:
+            return  # Ray is going away: the launch after the current one's last starts its supervisor cold
+        with self._standby_lock:
+            if self._spare is None and not self._closed.is_set():
+                self._spare = (name, actor, runtime_env)
+                return
+        _retire_quietly(actor)
+
     def _warm_after(self, job_id: str) -> None:
         """Start the next job's warm supervisor once ``job_id``'s hosts have all started (or it ended, or
         ``WARM_AFTER_TIMEOUT`` passed); not when ``close()`` was called meanwhile or one is warm already."""
@@ -448,20 +500,17 @@ class RayCluster(RecordCluster):
         with self._standby_lock:
             if self._closed.is_set() or self._standby is not None or not ray.is_initialized():
                 return
+            self._standby = self._promote_spare(self._last_env)
+            if self._standby is not None:
+                return
             name = supervisor_name()
             try:
-                warm = {
-                    "jobs_dir": self.store.root,
-                    "namespace": self.namespace,
-                    "non_preemptible_resource": self.non_preemptible_resource,
-                    "quarantine": self.quarantine,
-                }
                 # with the last job's code (the next job from this client most likely has the same)
                 self._standby_env = self._last_env
                 self._standby = (
                     name,
                     self._supervisor_options(name, self._standby_env).remote(
-                        name, warm=warm, max_jobs=JOBS_PER_SUPERVISOR
+                        name, warm=self._warm(), max_jobs=JOBS_PER_SUPERVISOR
                     ),
                     0,
                 )
@@ -513,9 +562,12 @@ class RayCluster(RecordCluster):
         with self._standby_lock:
             self._closed.set()
             standby, self._standby = self._standby, None
-        if standby is not None and ray.is_initialized():
+            spare, self._spare = self._spare, None
+        for actor in [x[1] for x in (standby, spare) if x is not None]:
+            if not ray.is_initialized():
+                break
             try:
-                ray.get(standby[1].retire.remote(), timeout=RETIRE_TIMEOUT)
+                ray.get(actor.retire.remote(), timeout=RETIRE_TIMEOUT)
             except Exception:
                 pass  # it expired, is still starting, or the cluster is gone: it exits when idle
 

@@ -72,6 +72,7 @@ from fray_ray._host import (
     host_payload,
     notice_key,
     run_host,
+    run_shared_host,
     signal_host,
 )
 from fray_ray.scheduler import SchedulerBehind, SchedulerClient
@@ -106,7 +107,13 @@ _NODE_LOST: tuple[type[BaseException], ...] = (HostPreemptedError, rex.NodeDiedE
 #: Errors that say the host's node itself is gone.
 _NODE_GONE: tuple[type[BaseException], ...] = (rex.NodeDiedError, rex.LocalRayletDiedError)
 
-_host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per host, every attempt
+_host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per TPU/GPU host, every attempt
+# CPU replicas a worker runs before it exits: its start amortized 16 times, and a bound on what the jobs' code
+# (the same client's: Ray reuses a worker only for its own job and runtime_env) can leave behind in it. Ray
+# takes max_calls from the remote function only (not .options()): a function of its own, so that Ray's
+# function table does not mix it up with the fresh-worker one.
+SHARED_WORKER_CALLS = 16
+_shared_host_task = ray.remote(max_calls=SHARED_WORKER_CALLS)(run_shared_host)
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
 _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks
 #: a drain without a deadline (Ray's 0) still means the node goes: the hosts get this long to checkpoint
@@ -213,6 +220,7 @@ class RaySliceProvider(SliceProvider):
         self.submitted_at = submitted_at  # the job's place in the scheduler's line (first come, first served)
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
+        self._shared_config = attrs.evolve(host_config, shared_worker=True)  # a CPU replica's (see _start_host)
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
         self.autoscaling = autoscaling
@@ -697,14 +705,23 @@ class RaySliceProvider(SliceProvider):
             "FRAY_CLUSTER_SPEC", "ray"
         )  # tasks inside the job use Ray's job context, unless the user set one
         env["FRAY_NOTICE_FILE"] = self._notice_file(attempt)  # where preemption_notice() reads the deadline
-        ref = _host_task.options(
-            max_retries=0,
-            retry_exceptions=False,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=h),
-            runtime_env=self.runtime_env,
-            name=f"fray:{self.job_id}:{tag}",
-            **opts,
-        ).remote(entry, env, tag, where, self.host_config)
+        # A CPU replica runs in a worker Ray may reuse (a fresh one costs ~1 CPU-second: most of a small job's
+        # cost, bench/NOTES.md); a TPU or GPU host in a fresh one, whose device it holds until it exits.
+        shared = not is_tpu and not opts.get("num_gpus")
+        ref = (
+            (_shared_host_task if shared else _host_task)
+            .options(
+                max_retries=0,
+                retry_exceptions=False,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=h
+                ),
+                runtime_env=self.runtime_env,
+                name=f"fray:{self.job_id}:{tag}",
+                **opts,
+            )
+            .remote(entry, env, tag, where, self._shared_config if shared else self.host_config)
+        )
         return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag))
 
     def _notice_file(self, attempt: int) -> str:

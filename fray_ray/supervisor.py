@@ -13,9 +13,10 @@ The lifetime cap bounds what those imports and any leak of a job's code can accu
 No task of the launching process is in flight after ``launch``, so the job outlives its launcher. The process
 writes each job's record and log through the job store and takes ``stop`` and log lines from anyone. It removes
 itself when its client retired it (``retire``: the client closed, or moved on) and its last job ended, and
-after ``idle_timeout`` seconds without a job otherwise. Killed (``kill -9``, its node lost), every job it ran
-is reported FAILED by the next poll of any client (``RayCluster.owner_gone``): the record names the process,
-and Ray removes the jobs' host tasks and placement groups with it (it owns them).
+otherwise after ``idle_timeout`` seconds without a job (``IDLE_AFTER_JOBS``, 60 s, once it had one). Killed
+(``kill -9``, its node lost), every job it ran is reported FAILED by the next poll of any client
+(``RayCluster.owner_gone``): the record names the process, and Ray removes the jobs' host tasks and placement
+groups with it (it owns them).
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ __all__ = [
     "supervisor_name",
 ]
 
-STANDBY_IDLE_TIMEOUT = 600.0  # seconds a supervisor without a job waits for one before it removes itself
+STANDBY_IDLE_TIMEOUT = 600.0  # seconds a supervisor that never had a job waits for one before it removes itself
+# ... and one whose jobs all ended: its client may have exited without retiring it (a `fray launch` does not
+# wait for a supervisor still starting to hear it), and an idle process costs the head ~100 MB
+IDLE_AFTER_JOBS = 60.0
 # Jobs one supervisor process takes in its life: its memory (~100 MB, bench/NOTES.md) shared by up to 16, and
 # a bound on what the jobs' code (imported here when a request is unpickled) can leave behind.
 JOBS_PER_SUPERVISOR = 16
@@ -335,14 +339,16 @@ class JobSupervisor:
             pass  # the job does it itself
 
     def _expire(self) -> None:
-        """Remove this process once it had no job for ``idle_timeout`` seconds."""
+        """Remove this process once it had no job for ``idle_timeout`` seconds (``IDLE_AFTER_JOBS`` at most
+        once it had one)."""
         with self._lock:
             while not self._closing:
                 idle = time.monotonic() - self._idle_since
-                if not self.jobs and idle >= self.idle_timeout:
+                limit = self.idle_timeout if not self.taken else min(self.idle_timeout, IDLE_AFTER_JOBS)
+                if not self.jobs and idle >= limit:
                     self._closing = True  # a late start() is refused: the client then starts a fresh supervisor
                     break
-                self._lock.wait(self.idle_timeout - idle if not self.jobs else self.idle_timeout)
+                self._lock.wait(limit - idle if not self.jobs else limit)
             else:
                 return  # another path is removing it (retired and its last job ended)
         self._terminate()

@@ -91,3 +91,28 @@ reaper.finish()
         assert worker.wait(timeout=30) == 0
     finally:
         worker.kill()
+
+
+def test_a_signal_for_a_host_reaches_a_reused_worker_only_while_it_runs_that_host(tmp_path: Path) -> None:
+    """A CPU replica's worker runs other tasks after it (Ray reuses it): a graceful stop or a stacks dump sent
+    for a host that ended must not reach the next task. The worker says on its node which host it runs now."""
+    from fray_core._procfs import start_ticks
+    from fray_ray import _host
+
+    me = os.getpid()
+    shared = _host.HostProcess("node", me, start_ticks(me), "token-a", shared=True)
+    fresh = _host.HostProcess("node", me, start_ticks(me), "token-a")
+    mark = Path(_host.worker_mark(me))
+    try:
+        assert not _host._runs_host(shared)  # no mark: the host ended (the worker is idle)
+        assert _host._runs_host(fresh)  # a fresh worker is its host's for its whole life
+        _host._write_mark("token-b")
+        assert not _host._runs_host(shared)  # the worker runs another job's host now
+        _host._write_mark("token-a")
+        assert _host._runs_host(shared)
+        _host._remove_mark()
+        assert not mark.exists() and not _host._runs_host(shared)
+        gone = _host.HostProcess("node", me, (start_ticks(me) or 0) + 1, "token-a")
+        assert not _host._runs_host(gone)  # the pid is another process's now
+    finally:
+        mark.unlink(missing_ok=True)

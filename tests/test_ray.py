@@ -276,25 +276,24 @@ def test_a_clients_jobs_share_a_supervisor_process_until_it_is_full_then_the_nex
     def owner(job_id: str) -> str:
         return client.store.read(job_id)["owner"]["ray_actor"]
 
-    monkeypatch.setattr(cluster_module, "JOBS_PER_SUPERVISOR", 2)  # the client's cap, given to its supervisors
+    monkeypatch.setattr(cluster_module, "JOBS_PER_SUPERVISOR", 4)  # the client's cap, given to its supervisors
     client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
     request = JobRequest(name="shared", entrypoint=Entrypoint(callable=os.getpid))
-    first = client.launch(request)  # no supervisor yet: started with the job, and kept for the next ones
-    second = client.launch(request)
-    assert owner(second) == owner(first)  # no process started for the second job
-    pids = {i.result[0] for i in client.wait([first, second], timeout=120, raise_on_failure=True)}
-    assert len(pids) == 2  # each job had its own host process, only the supervisor is shared
-    # the supervisor took its last job (2): it goes once both ended, and the next one is started ahead, once
-    # the second job's hosts ran (not at launch: it would compete with the hosts for CPU)
-    wait_for(lambda: not alive(owner(first)), what="the full supervisor to go once its jobs ended")
-    wait_for(lambda: client._standby is not None and alive(client._standby[0]), what="the next supervisor")
-    warm = client._standby[0]
-    third = client.launch(request)
-    assert owner(third) == warm  # the launch took the warm one
-    assert client.wait(third, timeout=120).status == JobStatus.SUCCEEDED
-    assert alive(warm)  # idle, kept for the client's next job
+    first = [client.launch(request) for _ in range(2)]  # the first starts a supervisor, kept for the next ones
+    assert owner(first[1]) == owner(first[0])  # no process started for the second job
+    assert client._spare is not None  # it took half its jobs: the next one is started ahead
+    spare = client._spare[0]
+    first += [client.launch(request) for _ in range(2)]
+    assert {owner(j) for j in first} == {owner(first[0])} and client._standby[0] == spare  # full: the spare is next
+    fifth = client.launch(request)
+    assert owner(fifth) == spare
+    results = client.wait([*first, fifth], timeout=120, raise_on_failure=True)
+    assert all(i.status == JobStatus.SUCCEEDED for i in results)
+    # the full supervisor took its last job: it goes once they all ended; the next one stays, idle
+    wait_for(lambda: not alive(owner(first[0])), what="the full supervisor to go once its jobs ended")
+    assert alive(spare)
     client.close()
-    wait_for(lambda: not alive(warm), what="close() to retire the idle supervisor")
+    wait_for(lambda: not alive(spare), what="close() to retire the idle supervisor")
     # one that no client retires goes away by itself
     name = "fray-supervisor-expiry-test"
     _Supervisor.options(name=name, namespace="fray", lifetime="detached", num_cpus=0, max_concurrency=4).remote(

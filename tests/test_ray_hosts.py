@@ -198,3 +198,59 @@ def test_wait_learns_of_the_end_from_the_supervisor_not_by_polling(ray_tpu_clust
     assert info.status is JobStatus.SUCCEEDED
     assert waited >= 3.0
     assert looks <= 2 * waited + 2, (looks, waited)
+
+
+def leave_a_mess(marker_dir: str) -> dict[str, Any]:
+    """A CPU job's host that changes its process every way a job can, and starts a daemon."""
+    import sys
+
+    seen = {
+        "pid": os.getpid(),
+        "leaked_env": "FRAY_TEST_LEAK" in os.environ,
+        "leaked_path": "/fray-test-leak" in sys.path,
+        "cwd": os.getcwd(),
+        "job": os.environ["FRAY_JOB_ID"],
+    }
+    os.environ["FRAY_TEST_LEAK"] = "1"
+    sys.path.append("/fray-test-leak")
+    os.chdir("/")
+    out = subprocess.run(
+        ["sh", "-c", "sleep 300 </dev/null >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+    )
+    Path(marker_dir, f"child-{seen['job']}").write_text(out.stdout.strip())
+    print(f"mess made by {seen['job']}", flush=True)
+    print(f"and on stderr by {seen['job']}", file=sys.stderr, flush=True)
+    return seen
+
+
+def test_a_cpu_jobs_host_runs_in_a_worker_ray_reuses_which_it_leaves_as_it_found_it(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    """A fresh worker per host cost a small job ~1 CPU-second; a CPU replica runs in a worker Ray reuses. Each
+    job sees none of the previous job's environment, path or cwd, its daemon dies with it, and its log has
+    its own lines only (fds 1 and 2 restored). Several jobs back to back: at least one reuses a worker (Ray
+    keeps an idle worker ~1 s on the emulated cluster, whose pool is otherwise off)."""
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="mess",
+        entrypoint=Entrypoint(callable=leave_a_mess, function_args={"marker_dir": str(tmp_path)}),
+        resources=ResourceConfig.with_cpu(cpu=1),
+    )
+    seen: list[dict[str, Any]] = []
+    for _ in range(6):
+        job_id = cluster.launch(req)
+        info = cluster.wait(job_id, timeout=120, raise_on_failure=True)
+        [result] = info.result
+        seen.append(result)
+        assert not result["leaked_env"] and not result["leaked_path"], seen
+        assert result["cwd"] == seen[0]["cwd"] != "/", seen
+        child = int((tmp_path / f"child-{job_id}").read_text())
+        wait_for(lambda child=child: not pid_alive(child), timeout=10, what=f"{job_id}'s daemon {child} to be killed")
+        lines = [line for line in cluster.logs(job_id) if "mess made" in line or "on stderr" in line]
+        assert len(lines) == 2 and all(job_id in line for line in lines), lines
+        if len({s["pid"] for s in seen}) < len(seen):
+            break
+    assert len({s["pid"] for s in seen}) < len(seen), f"no worker reused in {len(seen)} jobs: {seen}"
