@@ -177,11 +177,11 @@ class RayCluster(RecordCluster):
       namespace's scheduler actor); a job keeps its place while its supervisor keeps asking, and for
       ``queue_ttl`` seconds after it stops (a supervisor killed hard). A job that ends leaves at once.
     - ``warm_supervisor``: a client's jobs share a supervisor process (up to ``JOBS_PER_SUPERVISOR``; see
-      :mod:`fray_ray.supervisor`); when one took its last job, start the next once the launched job's hosts
-      all run (or it ended), so the next ``launch`` does not pay an actor start (~0.4 s) before its slices
-      are reserved (not at ``launch`` itself: its start would compete with the hosts' for CPU). ``close()``
-      (also called at interpreter exit) retires the client's supervisor: it takes no more jobs and goes
-      away when its last job ended; one that no client retires goes away after 10 minutes without a job.
+      :mod:`fray_ray.supervisor`); once it took half of them, start the next one (or, when there is none,
+      once the launched job's hosts all run), so the launch after its last does not pay an actor start
+      (~0.4 s) before its slices are reserved. ``close()`` (also called at interpreter exit) retires the
+      client's supervisors: they take no more jobs and go away when their last job ended; one that no client
+      retires goes away 60 s after its last job (10 minutes for one that never had a job).
     """
 
     jobs_outlive_client = True  # the supervisor is a detached actor: `launch_detached` just launches
