@@ -543,9 +543,9 @@ class _LogPump:
                 ray.get(self._last_send, timeout=10.0)
             except Exception:
                 pass  # the supervisor is gone or slow: the log is best effort, the result is not
-        if (
-            not self._reader.is_alive()
-        ):  # else it still writes to _orig_out: leave both (a fresh worker's exit closes them)
+        # the reader done, the saved fds go (a reused worker would leak two a task); a reader still writing to
+        # _orig_out keeps both open (a fresh worker's exit closes them)
+        if not self._reader.is_alive():
             for fd in (self._orig_out, self._orig_err):
                 os.close(fd)
 
@@ -646,7 +646,8 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     os.environ["PYTHONUNBUFFERED"] = "1"
     pump = _LogPump(tag, config.supervisor, config.job_id)
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
-    # see RaySliceProvider.dump_stacks. Left registered at the end: the worker runs this one task (max_calls=1)
+    # see RaySliceProvider.dump_stacks. Left registered at the end: a fresh worker runs this one task, and a
+    # reused one registers it again (fd 2 is then the next host's pump)
     faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
     reaper = _Reaper()
     is_tpu = "TPU_WORKER_ID" in env
