@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import cloudpickle
 import ray
 
@@ -71,7 +72,11 @@ TERMINATE_TIMEOUT = 60.0
 # clock) against the poller's, which are two machines' clocks.
 SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
-HAND_OVER_TIMEOUT = 30.0  # seconds launch waits for a warm supervisor to take the job
+# seconds a supervisor that answered nothing yet may take to come up before its hand-overs go elsewhere (it is
+# killed if Ray still has not created it; one that is up but slow is waited for)
+HAND_OVER_TIMEOUT = 30.0
+PING_TIMEOUT = 10.0  # seconds a poll waits for a live supervisor to say which jobs it runs
+SETTLE_INTERVAL = 1.0  # seconds between the hand-over thread's looks at the deadlines above
 # seconds close() waits for its supervisors to hear they take no more jobs: a supervisor still starting would
 # hold a `fray launch` at exit for its whole start; one not told goes 60 s after its last job (IDLE_AFTER_JOBS)
 RETIRE_TIMEOUT = 1.0
@@ -91,6 +96,17 @@ UNMARK_IDLE = 5.0  # seconds the thread that removes launching markers waits for
 # returns at once, so a few serve thousands of hosts; 64 made each supervisor ~107 threads (issue 29).
 SUPERVISOR_THREADS = 8
 _Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
+
+
+@attrs.define
+class _HandOver:
+    """A job given to a supervisor whose answer has not come yet (see ``RayCluster._hand_over``)."""
+
+    name: str  # the supervisor's actor name
+    actor: Any
+    info: JobInfo  # the job's PENDING record
+    job: tuple[str, bytes, dict[str, Any]]  # what ``start`` was called with
+    since: float  # when it was handed over (this process's monotonic clock)
 
 
 class ClusterClock:
@@ -250,6 +266,10 @@ class RayCluster(RecordCluster):
         self._unmark_queue: list[str] = []  # launching markers to remove (see _unmark_later)
         self._unmarker: threading.Thread | None = None
         self._unmark_wake = threading.Event()
+        self._handovers: dict[Any, _HandOver] = {}  # unanswered hand-overs, by the ref of their start call
+        self._handover_ids: dict[str, Any] = {}  # job id -> that ref
+        self._answered: set[str] = set()  # supervisors that took a job from this client (they are up)
+        self._settler: threading.Thread | None = None
         #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
         #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
         self.wall: Callable[[], float] = time.time
@@ -361,24 +381,26 @@ class RayCluster(RecordCluster):
         }
         job = (job_id, request_bytes, settings)
         # The launching marker (see owner_gone) is put before any record names a supervisor that does not
-        # exist yet: not when a warm supervisor takes the job (the record names a live actor); before the
-        # store check and a cold start. Two GCS round trips per launch otherwise (bench/NOTES.md, issue 29).
-        # Its removal needs no wait: once the actor exists a poll finds it first.
-        marked = False
+        # have the job yet, and stays until a supervisor took it (the supervisor removes it): a poller then
+        # neither calls the supervisor gone while it starts nor waits forever for a hand-over that was lost
+        # (this process exited before the supervisor was up to take it).
+        marked = self._mark_launching(job_id)
         if not self._store_ok:
-            marked = self._mark_launching(job_id)
             try:
                 self._check_store(info)  # a store the head cannot read: its FAILED record stays
             except BaseException:
                 self._unmark_later(job_id)
                 raise
+        handed = False
         try:
             with self._standby_lock:  # launch may be called from several threads
                 standby = self._standby
                 if standby is not None and self._standby_env != runtime_env:  # it cannot load this job's code
                     standby = None
                 self._last_env = runtime_env
-            if standby is not None and self._hand_over(standby, info, job):
+            if standby is not None:
+                self._hand_over(standby, info, job)
+                handed = True
                 spare = False
                 with self._standby_lock:
                     if self._standby is not None and self._standby[0] == standby[0]:
@@ -396,25 +418,34 @@ class RayCluster(RecordCluster):
                 if spare:
                     self._start_spare(runtime_env)
             else:
-                marked = marked or self._mark_launching(job_id)
-                name = supervisor_name()
-                self.store.write(info, owner=self._owner(name))
-                # the job rides on the actor's creation
-                actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=JOBS_PER_SUPERVISOR)
-                with self._standby_lock:  # the client's next jobs go to it
-                    old, self._standby = self._standby, ((name, actor, 1) if JOBS_PER_SUPERVISOR > 1 else None)
-                    self._standby_env = runtime_env
-                if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
-                    _retire_quietly(old[1])
+                self._cold_start(info, job, runtime_env)
         except BaseException as e:  # nothing started: leave no PENDING record behind
-            self.store.discard(job_id)
+            if not handed:
+                self.store.discard(job_id)
             err = launch_error(e, self.store)
             if err is e:
                 raise
             raise err from None
         finally:
-            if marked:
+            if marked and not handed:
                 self._unmark_later(job_id)
+
+    def _cold_start(
+        self, info: JobInfo, job: tuple[str, bytes, dict[str, Any]], runtime_env: dict[str, Any], standby: bool = True
+    ) -> None:
+        """Start a supervisor with the job riding on its creation (which Ray delivers even when this process
+        exits at once); with ``standby``, it takes the client's next jobs."""
+        name = supervisor_name()
+        self.store.write(info, owner=self._owner(name))
+        max_jobs = JOBS_PER_SUPERVISOR if standby else 1
+        actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=max_jobs)
+        if not standby:
+            return
+        with self._standby_lock:  # the client's next jobs go to it
+            old, self._standby = self._standby, ((name, actor, 1) if JOBS_PER_SUPERVISOR > 1 else None)
+            self._standby_env = runtime_env
+        if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
+            _retire_quietly(old[1])
 
     def _mark_launching(self, job_id: str) -> bool:
         """Say in Ray's KV store that ``job_id``'s supervisor is being started (see ``owner_gone``)."""
@@ -542,25 +573,114 @@ class RayCluster(RecordCluster):
             resources={self.non_preemptible_resource: ACTOR_RESOURCE},
         )
 
-    def _hand_over(self, standby: tuple[str, Any, int], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]) -> bool:
-        """Give the job to the client's supervisor; ``False`` when it takes no more (full, retired, exiting,
-        gone, or not answering: the caller starts a new one and retires this one).
-
-        Waits for its answer (milliseconds once it is up; its start-up if it is still starting): a call
-        to an actor that is not up yet is buffered in this process and would be lost if it exited now.
-        """
+    def _hand_over(self, standby: tuple[str, Any, int], info: JobInfo, job: tuple[str, bytes, dict[str, Any]]) -> None:
+        """Give the job to the client's supervisor without waiting for its answer (a supervisor still
+        starting took seconds under load, and every launch behind it waited: bench/NOTES.md, issue 29).
+        The answer is settled in the background (:meth:`_settle`): a supervisor that does not take the job
+        (full, retired, exiting, gone) is replaced by a cold start that carries it. Until a supervisor took
+        it, the launching marker stays; ``close()`` waits for unsettled hand-overs, because a call to an
+        actor that is not up yet is buffered in this process and is lost if it exits first."""
         name, actor, _ = standby
         self.store.write(info, owner=self._owner(name))
+        ref = actor.start.remote(*job)
+        with self._standby_lock:
+            self._handovers[ref] = _HandOver(name, actor, info, job, time.monotonic())
+            self._handover_ids[str(info.job_id)] = ref
+            if self._settler is None or not self._settler.is_alive():
+                self._settler = threading.Thread(target=self._settle_loop, daemon=True, name="fray-hand-over")
+                self._settler.start()
+
+    def _settle_loop(self) -> None:
+        """The background half of :meth:`_hand_over`: settles answers as they come; exits when none is due."""
+        while True:
+            with self._standby_lock:
+                if not self._handovers:
+                    self._settler = None
+                    return
+                refs = list(self._handovers)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=SETTLE_INTERVAL)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            self._settle(ready)
+
+    def _settle(self, ready: Sequence[Any]) -> None:
+        """Settle the hand-overs whose answers came (``ready``), and those a supervisor that never answered
+        anything has kept waiting for ``HAND_OVER_TIMEOUT`` seconds (it is killed: stuck starting)."""
+        now = time.monotonic()
+        done: list[tuple[_HandOver, bool]] = []
+        with self._standby_lock:
+            for ref in ready:
+                h = self._handovers.pop(ref, None)
+                if h is None:
+                    continue
+                self._handover_ids.pop(str(h.info.job_id), None)
+                try:
+                    taken = bool(ray.get(ref, timeout=0))
+                except Exception:
+                    taken = False
+                if taken:
+                    self._answered.add(h.name)
+                    if len(self._answered) > 1024:
+                        self._answered.clear()
+                done.append((h, taken))
+            stuck = {
+                h.name: h.actor
+                for h in self._handovers.values()
+                if now - h.since > HAND_OVER_TIMEOUT and h.name not in self._answered
+            }
+        for actor in stuck.values():
+            if _actor_state(actor) not in ("ALIVE", None):  # never came up: its unanswered calls fail (settled)
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
+        for h, taken in done:
+            if not taken:
+                self._take_back(h)
+
+    def _take_back(self, h: _HandOver) -> None:
+        """A supervisor did not take the job handed to it: start one that does (it becomes the client's
+        standby if the refusing one was), or say in the record why none could."""
+        job_id = str(h.info.job_id)
+        self._waitable.pop(job_id, None)
+        with self._standby_lock:
+            current = self._standby is not None and self._standby[0] == h.name
+            if current:
+                self._standby = None
+        if current:
+            _retire_quietly(h.actor)
         try:
-            return bool(ray.get(actor.start.remote(*job), timeout=HAND_OVER_TIMEOUT))
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-            return False
+            self._cold_start(h.info, h.job, h.job[2]["runtime_env"], standby=current and not self._closed.is_set())
+        except Exception as e:
+            try:
+                info = h.info
+                info.status, info.finished_at = JobStatus.FAILED, time.time()
+                info.error = f"launch: no supervisor could be started for the job: {type(e).__name__}: {e}"
+                self.store.write(info, owner=self._owner(h.name))
+            except Exception:
+                pass  # the poll says its supervisor does not have it, once the marker's grace passed
+        finally:
+            self._unmark_later(job_id)
+
+    def _unsettled(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the answers of this client's unsettled hand-overs, and settle them."""
+        end = time.monotonic() + timeout
+        while ray.is_initialized():
+            with self._standby_lock:
+                refs = list(self._handovers)
+            left = end - time.monotonic()
+            if not refs or left <= 0:
+                return
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(left, SETTLE_INTERVAL))
+            self._settle(ready)
 
     def close(self) -> None:
         """Retire this client's supervisor (its jobs keep running; it exits when the last one ended, at once
         when it has none) and start no new one. Also called at interpreter exit."""
+        self._closed.set()
+        if ray.is_initialized():
+            self._unsettled(HAND_OVER_TIMEOUT)  # a hand-over not yet sent would be lost with this process
         with self._standby_lock:
-            self._closed.set()
             standby, self._standby = self._standby, None
             spare, self._spare = self._spare, None
         for actor in [x[1] for x in (standby, spare) if x is not None]:
@@ -577,7 +697,16 @@ class RayCluster(RecordCluster):
         """``wait``'s pause between looks at the records: until one of the jobs' supervisors says its job
         ended, or ``timeout``. Without a live supervisor to ask (gone, or not started yet), a short sleep."""
         by_actor: dict[str, tuple[Any, list[str]]] = {}  # one call per supervisor, for all its jobs waited on
+        refs = []
+        handing_refs = [r for r in map(self._handover_ids.get, job_ids) if r is not None]
+        if handing_refs:  # answers that came: settled now (a ready one left for the thread would spin this wait)
+            ready, _ = ray.wait(handing_refs, num_returns=len(handing_refs), timeout=0)
+            self._settle(ready)
         for job_id in job_ids:
+            handing = self._handover_ids.get(job_id)
+            if handing is not None:  # not taken yet: its supervisor's answer is the next thing to wait for
+                refs.append(handing)
+                continue
             found = self._waitable.get(job_id)
             if found is None:
                 try:
@@ -590,7 +719,6 @@ class RayCluster(RecordCluster):
                     self._waitable.clear()
                 self._waitable[job_id] = found
             by_actor.setdefault(found[0], (found[1], []))[1].append(job_id)
-        refs = []
         for actor, ids in by_actor.values():
             try:
                 refs.append(actor.wait_ended.remote(ids, timeout))
@@ -623,24 +751,58 @@ class RayCluster(RecordCluster):
             return None
 
     def owner_gone(self, info: JobInfo, record: dict[str, Any]) -> str | None:
-        """A job whose supervisor could not start it (and said why in Ray's KV store) or whose supervisor
-        actor is gone is FAILED, whatever its record says (not while the actor may still be starting:
-        ``launch`` writes the PENDING record before it creates the actor)."""
+        """A job whose supervisor could not start it (and said why in Ray's KV store), whose supervisor
+        actor is gone, or that never reached its supervisor (see :meth:`_never_taken`) is FAILED, whatever
+        its record says; not while its launch is under way (``launch`` writes the PENDING record before
+        the supervisor has the job, and says so in Ray's KV store until it has)."""
         if record.get("backend") != "ray":
+            return None
+        job_id = str(info.job_id)
+        if job_id in self._handover_ids:  # this client is handing it over: settled in the background
             return None
         launching = info.status is JobStatus.PENDING and not info.attempts
         if launching:
-            start_error = self._start_error(str(info.job_id))
+            start_error = self._start_error(job_id)
             if start_error is not None:
                 return start_error
-        if self._supervisor(str(info.job_id), record) is not None:
-            return None
-        if launching and self._still_launching(str(info.job_id)):
+        found = self._supervisor_named(job_id, record)
+        if found is not None:
+            return self._never_taken(job_id, *found) if launching else None
+        if launching and self._still_launching(job_id):
             return None
         return (
             f"the job's supervisor actor {(record.get('owner') or {}).get('ray_actor')!r} (namespace "
             f"{self.namespace!r}) is gone "
             "before the job ended: its node died or the Ray cluster restarted"
+        )
+
+    def _never_taken(self, job_id: str, name: str, actor: Any) -> str | None:
+        """Why a job whose supervisor lives never reached it: its launching marker outlived the grace (its
+        launcher exited before the supervisor took it, or was killed) and the supervisor does not run it.
+        ``None`` while that cannot be told (a marker within its grace, a supervisor not answering)."""
+        if not self._kv_works() or not self._kv("get", launching_key(job_id)):
+            self._launch_seen.pop(job_id, None)
+            return None  # taken (the supervisor removed the marker)
+        if len(self._launch_seen) >= 1024:
+            self._launch_seen.clear()
+        if time.monotonic() - self._launch_seen.setdefault(job_id, time.monotonic()) < SUPERVISOR_START_GRACE:
+            return None
+        try:
+            running = ray.get(actor.ping.remote(), timeout=PING_TIMEOUT)
+        except Exception:
+            state = _actor_state(actor)
+            if state in ("ALIVE", None):
+                return None  # up but busy, or cannot be told: the next poll asks again
+            return (
+                f"the job's supervisor actor {name!r} (namespace {self.namespace!r}) has not started (Ray says "
+                f"{state}) {SUPERVISOR_START_GRACE:.0f} s after the job was handed to it, and its launcher did "
+                "not take the job back: nothing runs it"
+            )
+        if job_id in running:
+            return None
+        return (
+            f"the job never reached its supervisor actor {name!r} (namespace {self.namespace!r}): the process "
+            "that launched it exited before the supervisor took it"
         )
 
     def _still_launching(self, job_id: str) -> bool:
@@ -714,6 +876,10 @@ class RayCluster(RecordCluster):
 
     def terminate(self, job_id: JobId | str) -> None:
         job_id = str(job_id)
+        handing = self._handover_ids.get(job_id)
+        if handing is not None:  # a stop before its supervisor took it would find nothing to stop
+            ready, _ = ray.wait([handing], timeout=HAND_OVER_TIMEOUT)
+            self._settle(ready)
         if self.poll(job_id).status.is_terminal():
             return
         actor = self._supervisor(job_id)
@@ -786,6 +952,16 @@ def _connect(address: str | None) -> None:
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _actor_state(actor: Any) -> str | None:
+    """Ray's state of an actor (``ALIVE``, ``PENDING_CREATION``, ``DEAD``...), ``None`` when it cannot be read."""
+    try:
+        from ray._private.state import actors
+
+        return actors(actor._actor_id.hex()).get("State")
+    except Exception:
+        return None
 
 
 def _retire_quietly(actor: Any) -> None:

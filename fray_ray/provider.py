@@ -227,7 +227,8 @@ class RaySliceProvider(SliceProvider):
         self._entry: tuple[tuple[int, int], Any] | None = None
         self._entry_bytes: tuple[int, concurrent.futures.Future[bytes]] | None = None
         self._max_slices_seen: dict[str, int] = {}
-        self._pending_gang: tuple[tuple[Any, ...], PlacementGroup] | None = None
+        self._pending_gang: tuple[tuple[Any, ...], PlacementGroup, Any] | None = None  # (shape, group, ready ref)
+        self._max_gang_room: dict[tuple[Any, ...], int] = {}  # gang bundle shape -> most the nodes ever had room for
         self._lock = threading.Lock()
         self._pg_seq = itertools.count()  # placement group names must be unique among live groups
         self._beats_seen: dict[bytes, tuple[bytes, float]] = {}  # heartbeat key -> (last value, monotonic first seen)
@@ -531,12 +532,11 @@ class RaySliceProvider(SliceProvider):
                 pg = placement_group(
                     [dict(bundle)] * n, strategy="PACK", name=f"fray-{self.job_id}-gang-{next(self._pg_seq)}"
                 )
-                self._pending_gang = (key, pg)
-            pg = self._pending_gang[1]
-        if not self._ready([pg], deadline):
-            per_node = ClusterView.shared().available().values()  # shared: one read a second per process
-            have = ", ".join(f"{k} {sum(r.get(k, 0.0) for r in per_node):g}" for k in bundle)
-            raise Unschedulable(f"asked: {n} x {bundle}; cluster has free: {have}")
+                # one wait registered with the GCS per group, not one per acquire round (2 a second a job)
+                self._pending_gang = (key, pg, pg.ready())
+            _, pg, ready = self._pending_gang
+        if not self._ready([pg], deadline, refs=[ready]):
+            raise self._gang_waiting(n, bundle)
         with self._lock:
             self._pending_gang = None
         nodes = _node_table()
@@ -553,6 +553,32 @@ class RaySliceProvider(SliceProvider):
             handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg),
         )
 
+    def _gang_waiting(self, n: int, bundle: dict[str, float]) -> Unschedulable:
+        """Why a CPU/GPU gang is not placed yet. Held (the job waits as long as it takes, PENDING, no
+        ``schedule_timeout``) when the cluster's nodes have room for it in all, so other work holds it: a
+        queue of CPU jobs on a busy cluster is not a missing capacity. Permanent (fails at once) when they
+        never had room for it and no autoscaler may add nodes; else missing."""
+        shared = ClusterView.shared()  # shared by every job of the process
+        # the nodes' totals change when nodes come or go: an O(N) read at most every GANG_ROOM_MAX_AGE seconds
+        nodes = shared.nodes(max_age=GANG_ROOM_MAX_AGE)
+        room = sum(_bundles_fitting(node.get("Resources") or {}, bundle) for node in nodes.values())
+        shape = tuple(sorted(bundle.items()))
+        seen = self._max_gang_room[shape] = max(self._max_gang_room.get(shape, 0), room)
+        asked = f"{n} x {{{', '.join(f'{k}: {v:g}' for k, v in bundle.items())}}}"
+        if seen < n and not self.autoscaling:
+            return Unschedulable(
+                f"asked: {asked}; the Ray cluster's nodes have room for {seen} in all "
+                "(pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
+                permanent=True,
+            )
+        if room >= n:
+            # the same text round after round: a changed pending_reason is a record write
+            reason = f"waiting for {asked}: the cluster has room for {room} in all, held by other work"
+            return Unschedulable(f"asked: {asked}; {reason}", held=True, reason=reason)
+        per_node = shared.available().values()
+        have = ", ".join(f"{k} {sum(r.get(k, 0.0) for r in per_node):g}" for k in bundle)
+        return Unschedulable(f"asked: {asked}; cluster has free: {have}; nodes with room for {room} in all")
+
     def _gang_bundle(self, resources: ResourceConfig) -> dict[str, float]:
         bundle: dict[str, float] = {}
         if resources.cpu:
@@ -566,10 +592,12 @@ class RaySliceProvider(SliceProvider):
         return bundle
 
     @staticmethod
-    def _ready(groups: list[PlacementGroup], until: float, held: Sequence[PlacementGroup] = ()) -> bool:
+    def _ready(
+        groups: list[PlacementGroup], until: float, held: Sequence[PlacementGroup] = (), refs: list[Any] | None = None
+    ) -> bool:
         """All ``groups`` placed by ``until``; ``False`` early when a group already ``held`` leaves CREATED
-        (its slice was lost while the rest was being reserved)."""
-        refs = [pg.ready() for pg in groups]
+        (its slice was lost while the rest was being reserved). ``refs``: their ``ready()`` refs, if made."""
+        refs = refs if refs is not None else [pg.ready() for pg in groups]
         while True:
             remaining = until - time.monotonic()
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(remaining, HEALTH_INTERVAL)))
@@ -1085,6 +1113,21 @@ def health_checks() -> tuple[float, float, int]:
         values["health_check_timeout_ms"] / 1000.0,
         max(1, values["health_check_failure_threshold"]),
     )
+
+
+GANG_ROOM_MAX_AGE = 30.0  # seconds a waiting gang's reading of the nodes' totals is used (see _gang_waiting)
+
+
+def _bundles_fitting(total: dict[str, float], bundle: dict[str, float]) -> int:
+    """How many ``bundle``-shaped bundles a node with ``total`` resources holds at once.
+
+    >>> _bundles_fitting({"CPU": 4.0, "memory": 8.0}, {"CPU": 1.0, "memory": 3.0})
+    2
+    """
+    wanted = [(k, v) for k, v in bundle.items() if v > 0]
+    if not wanted:
+        return 1 << 30
+    return min(int(total.get(k, 0.0) / v + 1e-9) for k, v in wanted)
 
 
 def _tpu_per_host(chips: int) -> float:

@@ -147,6 +147,7 @@ class _Job:
         here, its record not found, any error before the runner runs) ends FAILED with the reason: never a
         PENDING job in a live supervisor that does not run it."""
         try:
+            self._unmark(settings)
             try:
                 started = self._prepare(request_bytes, settings)
             except BaseException as e:
@@ -156,6 +157,15 @@ class _Job:
                 self.supervisor.run()  # never raises; its on_ended is self.finished
         finally:
             self.finished()  # idempotent: the process forgets the job (and exits when that was its last)
+
+    def _unmark(self, settings: dict[str, Any]) -> None:
+        """Remove the job's launching marker: it reached its supervisor (see ``RayCluster.owner_gone``)."""
+        try:
+            from ray.experimental import internal_kv
+
+            internal_kv._internal_kv_del(launching_key(self.job_id), namespace=settings.get("namespace", "fray"))
+        except Exception:
+            pass  # a poll past the marker's grace asks this process (ping) instead
 
     def _start_failed(self, settings: dict[str, Any], error: BaseException) -> None:
         """The job could not start: say why where every client looks (the record if the store works from

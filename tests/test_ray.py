@@ -188,6 +188,61 @@ def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> Non
     assert info.status == JobStatus.FAILED and "0 slice(s) of v5p-8" in info.error
 
 
+def _hold_until_released(marker: str) -> int:
+    Path(marker, "pid").write_text(str(os.getpid()))
+    end = time.monotonic() + 120
+    while not Path(marker, "release").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    return os.getpid()
+
+
+def test_a_cpu_job_behind_others_waits_past_the_schedule_timeout_and_one_that_never_fits_fails_at_once(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    """CPUs other work holds are not missing capacity: a queue of CPU jobs on a busy cluster waits as long as
+    it takes, saying why (no ``schedule_timeout``, no budget spent); a request no node has room for fails at
+    ``launch``'s first look, as a TPU request for more slices than the cluster has."""
+    policy = attrs.evolve(FAST_RAY_POLICY, schedule_timeout=2.0)
+    client = RayCluster(address=ray_tpu_cluster.address, retry_policy=policy)
+    most = int(max(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]))
+    one_node = ResourceConfig.with_cpu(cpu=most, ram="64m")  # room for it on the largest node(s) only
+    rooms = sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= most)
+    holders = []
+    for i in range(rooms):
+        (tmp_path / str(i)).mkdir()
+        holders.append(
+            client.launch(
+                JobRequest(
+                    name="holder",
+                    entrypoint=Entrypoint(
+                        callable=_hold_until_released, function_args={"marker": str(tmp_path / str(i))}
+                    ),
+                    resources=one_node,
+                )
+            )
+        )
+    wait_for(lambda: all((tmp_path / str(i) / "pid").exists() for i in range(rooms)), what="the holders to run")
+    waiting = client.launch(JobRequest(name="behind", entrypoint=Entrypoint(callable=os.getpid), resources=one_node))
+    info = wait_for(lambda: (i := client.poll(waiting)).pending_reason and i, what="a pending reason")
+    time.sleep(3 * policy.schedule_timeout)  # what is asserted is that nothing happens within the timeout
+    info = client.poll(waiting)
+    assert info.status is JobStatus.PENDING and not info.attempts, info
+    assert "held by other work" in info.pending_reason, info.pending_reason
+    for i in range(rooms):
+        (tmp_path / str(i) / "release").touch()
+    assert client.wait(waiting, timeout=120).status is JobStatus.SUCCEEDED
+    assert all(i.status is JobStatus.SUCCEEDED for i in client.wait(holders, timeout=120))
+    huge = client.launch(
+        JobRequest(
+            name="huge", entrypoint=Entrypoint(callable=os.getpid), resources=ResourceConfig.with_cpu(cpu=10_000)
+        )
+    )
+    info = client.wait(huge, timeout=60)
+    assert info.status is JobStatus.FAILED and info.attempts[0].outcome.value == "UNSCHEDULABLE"
+    assert "have room for 0 in all" in info.error, info.error
+    client.close()
+
+
 def test_the_preemption_probe_turns_a_host_failure_into_a_preemption(ray_tpu_cluster: Any) -> None:
     probing = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY, preemption_probe=lambda: True)
     info = probing.wait(probing.launch(tpu_request(fail, max_retries_preemption=1)), timeout=120)
@@ -301,6 +356,88 @@ def test_a_clients_jobs_share_a_supervisor_process_until_it_is_full_then_the_nex
     )
     wait_for(lambda: alive(name), what="the standby to start")
     wait_for(lambda: not alive(name), what="an idle standby to remove itself")
+
+
+def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``launch`` hands a job to its client's supervisor without waiting for the answer. A launcher that exits
+    before the supervisor was up to take it (here at once, no clean-up, as ``kill -9`` would) loses the call:
+    the PENDING record names a supervisor that does not run the job. Once the launching marker outlived its
+    grace, a poll from anywhere says so: the supervisor does not have the job, or never started."""
+    from fray_ray import cluster as cluster_module
+    from fray_ray.cluster import SUPERVISOR_START_GRACE, _Supervisor
+    from fray_ray.supervisor import launching_key
+
+    monkeypatch.setattr(cluster_module, "PING_TIMEOUT", 2.0)
+    never = f"{SUPERVISOR_PREFIX}never-up-{os.getpid()}"
+    driver = textwrap.dedent(
+        f"""
+        import os
+        from fray_core import Entrypoint, JobRequest
+        from fray_ray import RayCluster
+        from fray_ray.cluster import _Supervisor
+        from fray_ray.code import code_runtime_env, upload_code
+        cluster = RayCluster(address={ray_tpu_cluster.address!r}, jobs_dir={str(tmp_path)!r})
+        request = JobRequest(name="never-taken", entrypoint=Entrypoint(callable=os.getpid))
+        # the client's supervisor as if still starting: no node has what it asks for
+        actor = _Supervisor.options(
+            name={never!r}, namespace="fray", lifetime="detached", num_cpus=0, resources={{"fray-test-nowhere": 1}}
+        ).remote({never!r})
+        cluster._standby, cluster._standby_env = ({never!r}, actor, 1), upload_code(code_runtime_env(request))
+        print(cluster.launch(request), flush=True)
+        os._exit(0)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().splitlines()[-1]
+    # e.g. `fray status` (records of its own: the session's checks would call these jobs left behind)
+    poller = RayCluster(address=ray_tpu_cluster.address, jobs_dir=str(tmp_path), warm_supervisor=False)
+    try:
+        assert poller.store.read(job_id)["owner"]["ray_actor"] == never
+        assert poller.poll(job_id).status is JobStatus.PENDING  # within the grace: it may still come up
+        poller._launch_seen[job_id] -= SUPERVISOR_START_GRACE
+        info = poller.poll(job_id)
+        assert info.status is JobStatus.FAILED and never in info.error and "has not started" in info.error, info.error
+    finally:
+        ray.kill(ray.get_actor(never, namespace="fray"), no_restart=True)
+    # a live supervisor that does not have the job (the call lost after it was up)
+    live = f"{SUPERVISOR_PREFIX}live-{os.getpid()}"
+    actor = _Supervisor.options(name=live, namespace="fray", lifetime="detached", num_cpus=0).remote(live)
+    assert ray.get(actor.ping.remote(), timeout=60) == []
+    lost = JobInfo(job_id=JobId("lost-20261127-000000-000000"), name="x", status=JobStatus.PENDING, backend="ray")
+    poller.store.write(lost, owner=poller._owner(live))
+    poller._kv("put", launching_key(lost.job_id), b"1")
+    try:
+        assert poller.poll(lost.job_id).status is JobStatus.PENDING
+        poller._launch_seen[lost.job_id] -= SUPERVISOR_START_GRACE
+        info = poller.poll(lost.job_id)
+        assert info.status is JobStatus.FAILED and f"never reached its supervisor actor {live!r}" in info.error
+    finally:
+        poller._kv("del", launching_key(lost.job_id))
+        ray.kill(actor, no_restart=True)
+
+
+def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(ray_tpu_cluster: Any) -> None:
+    """The client's supervisor exited (here: retired while idle) before the hand-over reached it: ``launch``
+    has returned already; the job is started by a fresh supervisor, which takes the client's next jobs."""
+    client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
+    request = JobRequest(name="taken-back", entrypoint=Entrypoint(callable=os.getpid))
+    first = client.launch(request)
+    assert client.wait(first, timeout=120).status is JobStatus.SUCCEEDED
+    name, actor, _ = client._standby
+    ray.get(actor.retire.remote(), timeout=30)  # no job: it exits
+    wait_for(
+        lambda: name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
+        what="the retired supervisor to exit",
+    )
+    second = client.launch(request)
+    info = client.wait(second, timeout=120)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    new_owner = client.store.read(second)["owner"]["ray_actor"]
+    assert new_owner != name and client._standby[0] == new_owner
+    client.close()
 
 
 def test_a_supervisor_killed_with_9_ends_each_of_its_jobs_with_the_truth(ray_tpu_cluster: Any, tmp_path: Path) -> None:
