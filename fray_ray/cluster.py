@@ -384,7 +384,7 @@ class RayCluster(RecordCluster):
         # have the job yet, and stays until a supervisor took it (the supervisor removes it): a poller then
         # neither calls the supervisor gone while it starts nor waits forever for a hand-over that was lost
         # (this process exited before the supervisor was up to take it).
-        marked = self._mark_launching(job_id)
+        self._mark_launching(job_id)
         if not self._store_ok:
             try:
                 self._check_store(info)  # a store the head cannot read: its FAILED record stays
@@ -427,7 +427,7 @@ class RayCluster(RecordCluster):
                 raise
             raise err from None
         finally:
-            if marked and not handed:
+            if not handed:
                 self._unmark_later(job_id)
 
     def _cold_start(
@@ -447,10 +447,9 @@ class RayCluster(RecordCluster):
         if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
             _retire_quietly(old[1])
 
-    def _mark_launching(self, job_id: str) -> bool:
+    def _mark_launching(self, job_id: str) -> None:
         """Say in Ray's KV store that ``job_id``'s supervisor is being started (see ``owner_gone``)."""
         self._kv("put", launching_key(job_id), b"1")
-        return True
 
     def _unmark_later(self, job_id: str) -> None:
         """Remove ``job_id``'s launching marker from a background thread (one per client, started on first
