@@ -72,9 +72,14 @@ TERMINATE_TIMEOUT = 60.0
 # clock) against the poller's, which are two machines' clocks.
 SUPERVISOR_START_GRACE = 30.0
 STORE_CHECK_TIMEOUT = 20.0  # seconds launch waits for the head to read the store, once per client and store
-# seconds a supervisor that answered nothing yet may take to come up before its hand-overs go elsewhere (it is
-# killed if Ray still has not created it; one that is up but slow is waited for)
+# seconds close() and terminate() wait for a hand-over's answer (a supervisor still starting)
 HAND_OVER_TIMEOUT = 30.0
+# seconds a supervisor Ray has not created yet may take before it is killed and its hand-overs go to a new one,
+# and before a poll calls its job's supervisor never started. Past Ray's own runtime_env setup timeout (600 s,
+# after which Ray fails the creation itself): a supervisor carries its job's runtime_env (code, pip packages),
+# whose set-up on a busy head takes minutes. At 30 s, a supervisor still coming up on a loaded head could be
+# killed, and a poll meanwhile called its jobs' supervisor gone (bench/NOTES.md, 2026-11-27).
+SUPERVISOR_START_TIMEOUT = 660.0
 PING_TIMEOUT = 10.0  # seconds a poll waits for a live supervisor to say which jobs it runs
 SETTLE_INTERVAL = 1.0  # seconds between the hand-over thread's looks at the deadlines above
 # seconds close() waits for its supervisors to hear they take no more jobs: a supervisor still starting would
@@ -269,6 +274,9 @@ class RayCluster(RecordCluster):
         self._handovers: dict[Any, _HandOver] = {}  # unanswered hand-overs, by the ref of their start call
         self._handover_ids: dict[str, Any] = {}  # job id -> that ref
         self._answered: set[str] = set()  # supervisors that took a job from this client (they are up)
+        # jobs a supervisor refused, until their cold start wrote the new owner: their record still names
+        # the refusing (maybe gone) supervisor, which a poll meanwhile must not read as the job's end
+        self._taking_back: set[str] = set()
         self._settler: threading.Thread | None = None
         #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
         #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
@@ -604,7 +612,7 @@ class RayCluster(RecordCluster):
 
     def _settle(self, ready: Sequence[Any]) -> None:
         """Settle the hand-overs whose answers came (``ready``), and those a supervisor that never answered
-        anything has kept waiting for ``HAND_OVER_TIMEOUT`` seconds (it is killed: stuck starting)."""
+        anything has kept waiting for ``SUPERVISOR_START_TIMEOUT`` seconds (it is killed: stuck starting)."""
         now = time.monotonic()
         done: list[tuple[_HandOver, bool]] = []
         with self._standby_lock:
@@ -617,6 +625,8 @@ class RayCluster(RecordCluster):
                     taken = bool(ray.get(ref, timeout=0))
                 except Exception:
                     taken = False
+                if not taken:
+                    self._taking_back.add(str(h.info.job_id))
                 if taken:
                     self._answered.add(h.name)
                     if len(self._answered) > 1024:
@@ -625,7 +635,7 @@ class RayCluster(RecordCluster):
             stuck = {
                 h.name: h.actor
                 for h in self._handovers.values()
-                if now - h.since > HAND_OVER_TIMEOUT and h.name not in self._answered
+                if now - h.since > SUPERVISOR_START_TIMEOUT and h.name not in self._answered
             }
         for actor in stuck.values():
             if _actor_state(actor) not in ("ALIVE", None):  # never came up: its unanswered calls fail (settled)
@@ -659,6 +669,8 @@ class RayCluster(RecordCluster):
             except Exception:
                 pass  # the poll says its supervisor does not have it, once the marker's grace passed
         finally:
+            with self._standby_lock:
+                self._taking_back.discard(job_id)
             self._unmark_later(job_id)
 
     def _unsettled(self, timeout: float) -> None:
@@ -705,6 +717,8 @@ class RayCluster(RecordCluster):
             handing = self._handover_ids.get(job_id)
             if handing is not None:  # not taken yet: its supervisor's answer is the next thing to wait for
                 refs.append(handing)
+                continue
+            if job_id in self._taking_back:  # its new supervisor is being started: look again shortly
                 continue
             found = self._waitable.get(job_id)
             if found is None:
@@ -757,8 +771,8 @@ class RayCluster(RecordCluster):
         if record.get("backend") != "ray":
             return None
         job_id = str(info.job_id)
-        if job_id in self._handover_ids:  # this client is handing it over: settled in the background
-            return None
+        if job_id in self._handover_ids or job_id in self._taking_back:
+            return None  # this client is handing it over, or to a new supervisor: settled in the background
         launching = info.status is JobStatus.PENDING and not info.attempts
         if launching:
             start_error = self._start_error(job_id)
@@ -779,23 +793,21 @@ class RayCluster(RecordCluster):
         """Why a job whose supervisor lives never reached it: its launching marker outlived the grace (its
         launcher exited before the supervisor took it, or was killed) and the supervisor does not run it.
         ``None`` while that cannot be told (a marker within its grace, a supervisor not answering)."""
-        if not self._kv_works() or not self._kv("get", launching_key(job_id)):
-            self._launch_seen.pop(job_id, None)
-            return None  # taken (the supervisor removed the marker)
-        if len(self._launch_seen) >= 1024:
-            self._launch_seen.clear()
-        if time.monotonic() - self._launch_seen.setdefault(job_id, time.monotonic()) < SUPERVISOR_START_GRACE:
+        if not self._kv_works():
             return None
+        launching = self._launching_for(job_id)
+        if launching is None or launching < SUPERVISOR_START_GRACE:
+            return None  # taken (the supervisor removed the marker), or within the grace
         try:
             running = ray.get(actor.ping.remote(), timeout=PING_TIMEOUT)
         except Exception:
             state = _actor_state(actor)
-            if state in ("ALIVE", None):
-                return None  # up but busy, or cannot be told: the next poll asks again
+            if state in ("ALIVE", None) or launching < SUPERVISOR_START_TIMEOUT:
+                return None  # up but busy, still starting (a runtime_env takes minutes), or cannot be told
             return (
                 f"the job's supervisor actor {name!r} (namespace {self.namespace!r}) has not started (Ray says "
-                f"{state}) {SUPERVISOR_START_GRACE:.0f} s after the job was handed to it, and its launcher did "
-                "not take the job back: nothing runs it"
+                f"{state}) {SUPERVISOR_START_TIMEOUT:.0f} s after the job was handed to it, and its launcher "
+                "did not take the job back: nothing runs it"
             )
         if job_id in running:
             return None
@@ -808,13 +820,18 @@ class RayCluster(RecordCluster):
         """The job's ``launch`` has not created its supervisor yet (its KV marker is there), for at most
         ``SUPERVISOR_START_GRACE`` seconds of this process's own clock since a poll here first saw it so.
         Without Ray's KV store (client mode): the same grace, from this process's first look."""
+        launching = self._launching_for(job_id)
+        return launching is not None and launching < SUPERVISOR_START_GRACE
+
+    def _launching_for(self, job_id: str) -> float | None:
+        """Seconds since a poll here first saw ``job_id``'s launching marker (this process's own clock: the
+        launcher's may differ), ``None`` when it has none. Without Ray's KV store: since the first look."""
         if self._kv_works() and not self._kv("get", launching_key(job_id)):
             self._launch_seen.pop(job_id, None)
-            return False
+            return None
         if len(self._launch_seen) >= 1024:
             self._launch_seen.clear()
-        first = self._launch_seen.setdefault(job_id, time.monotonic())
-        return time.monotonic() - first < SUPERVISOR_START_GRACE
+        return time.monotonic() - self._launch_seen.setdefault(job_id, time.monotonic())
 
     @staticmethod
     def _kv_works() -> bool:

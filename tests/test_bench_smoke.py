@@ -6,6 +6,8 @@ down on exit; they are marked ``ray``. Modules starting with ``_`` are helpers, 
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +21,39 @@ PARAMS = [
 ]
 
 
+SMOKE_TIMEOUT = 420  # below the test's own timeout
+
+
+@pytest.mark.timeout(SMOKE_TIMEOUT + 60)
 @pytest.mark.parametrize("script", PARAMS)
 def test_bench_script_smoke(script: str) -> None:
     if script.startswith("ray_") or script == "peers_ray.py":
         pytest.importorskip("ray")
-    out = subprocess.run(
-        [sys.executable, str(BENCH / script), "--smoke"], capture_output=True, text=True, timeout=600, cwd=BENCH.parent
+    # its own session: on a timeout the whole group goes (the Ray scripts' emulated clusters with it; a
+    # script killed alone left one running through the rest of a CI run), and the test fails saying so
+    # before pytest's own timeout would end it without the script's output
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / script), "--smoke"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=BENCH.parent,
+        start_new_session=True,
     )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    assert "ratio" in out.stdout  # every script prints a comparison table against its baseline
+    try:
+        stdout, stderr = proc.communicate(timeout=SMOKE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{script} --smoke took over {SMOKE_TIMEOUT} s:\n{stdout[-2000:]}{stderr[-4000:]}")
+    finally:
+        _kill_group(proc.pid)  # anything the script left behind
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    assert "ratio" in stdout  # every script prints a comparison table against its baseline
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

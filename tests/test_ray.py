@@ -366,7 +366,7 @@ def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
     the PENDING record names a supervisor that does not run the job. Once the launching marker outlived its
     grace, a poll from anywhere says so: the supervisor does not have the job, or never started."""
     from fray_ray import cluster as cluster_module
-    from fray_ray.cluster import SUPERVISOR_START_GRACE, _Supervisor
+    from fray_ray.cluster import SUPERVISOR_START_GRACE, SUPERVISOR_START_TIMEOUT, _Supervisor
     from fray_ray.supervisor import launching_key
 
     monkeypatch.setattr(cluster_module, "PING_TIMEOUT", 2.0)
@@ -398,6 +398,9 @@ def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
         assert poller.store.read(job_id)["owner"]["ray_actor"] == never
         assert poller.poll(job_id).status is JobStatus.PENDING  # within the grace: it may still come up
         poller._launch_seen[job_id] -= SUPERVISOR_START_GRACE
+        # past the grace but not created yet: it may be setting up its runtime_env, which takes minutes
+        assert poller.poll(job_id).status is JobStatus.PENDING
+        poller._launch_seen[job_id] -= SUPERVISOR_START_TIMEOUT
         info = poller.poll(job_id)
         assert info.status is JobStatus.FAILED and never in info.error and "has not started" in info.error, info.error
     finally:
@@ -419,9 +422,15 @@ def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
         ray.kill(actor, no_restart=True)
 
 
-def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(ray_tpu_cluster: Any) -> None:
+def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The client's supervisor exited (here: retired while idle) before the hand-over reached it: ``launch``
-    has returned already; the job is started by a fresh supervisor, which takes the client's next jobs."""
+    has returned already; the job is started by a fresh supervisor, which takes the client's next jobs.
+    A poll while the fresh one is being started does not read the gone one as the job's end (a CI run had
+    such a job FAILED "supervisor ... is gone", then PENDING again under its new supervisor)."""
+    import fray_ray.cluster as ray_cluster
+
     client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
     request = JobRequest(name="taken-back", entrypoint=Entrypoint(callable=os.getpid))
     first = client.launch(request)
@@ -432,9 +441,20 @@ def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(ray_tpu_clust
         lambda: name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
         what="the retired supervisor to exit",
     )
+    # the launching marker's grace over at once, as when the hand-over's answer took longer than it
+    monkeypatch.setattr(ray_cluster, "SUPERVISOR_START_GRACE", 0.0)
+    during: list[JobInfo] = []
+    cold_start = RayCluster._cold_start
+
+    def polled_first(self: RayCluster, info: JobInfo, *args: Any, **kwargs: Any) -> None:
+        during.append(self.poll(info.job_id))
+        cold_start(self, info, *args, **kwargs)
+
+    monkeypatch.setattr(RayCluster, "_cold_start", polled_first)
     second = client.launch(request)
     info = client.wait(second, timeout=120)
     assert info.status is JobStatus.SUCCEEDED, info.error
+    assert [i.status for i in during] == [JobStatus.PENDING], [(i.status, i.error) for i in during]
     new_owner = client.store.read(second)["owner"]["ray_actor"]
     assert new_owner != name and client._standby[0] == new_owner
     client.close()
