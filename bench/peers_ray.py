@@ -424,6 +424,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     reps, rec_reps = (1, 1) if args.smoke else (args.reps, args.recovery_reps)
     probe_timeout = min(args.probe_timeout, 30.0) if args.smoke else args.probe_timeout
+    if args.smoke:
+        common.smoke()
 
     import ray
 

@@ -2,7 +2,7 @@
 
     python bench/ray_control_plane.py                          # 1,000 phantom hosts, 10 s windows, 50 + 200 jobs
     python bench/ray_control_plane.py --hosts 1000 4000 16000  # the sizes (minutes: run it rarely)
-    python bench/ray_control_plane.py --smoke                  # 64 hosts, 1 s windows, 2 + 4 jobs (CI)
+    python bench/ray_control_plane.py --smoke                  # 64 hosts, 1 s windows, 1 + 2 jobs (CI)
 
 **The phantom-node method.** One emulated cluster (``fray_ray.testing.fake_tpu_cluster({"v4-16": 1})``: a head
 and one real v4-16 slice, 2 hosts, each its own raylet). Then N TPU-host-shaped nodes are registered with its
@@ -791,7 +791,7 @@ def emulated_cluster() -> Iterator[Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI): 64 hosts, 1 s windows, 2 + 4 jobs")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI): 64 hosts, 1 s windows, 1 + 2 jobs")
     ap.add_argument(
         "--hosts", type=int, nargs="+", default=[1000], help="phantom host counts, ascending (default 1000)"
     )
@@ -806,7 +806,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=200, help="jobs of each kind for throughput (0: skip)")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.hosts, args.window, args.concurrent, args.jobs, args.queued = [64], 1.0, 2, 4, 2
+        args.hosts, args.window, args.concurrent, args.jobs, args.queued = [64], 1.0, 1, 2, 2
+        common.smoke()
     if sorted(args.hosts) != args.hosts or any(n % PHANTOM_HOSTS_PER_SLICE or n < 0 for n in args.hosts):
         ap.error(
             f"--hosts: ascending multiples of {PHANTOM_HOSTS_PER_SLICE} (whole {PHANTOM_TYPE} slices), got {args.hosts}"

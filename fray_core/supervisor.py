@@ -274,6 +274,7 @@ class RecordCluster(Cluster):
         if not info.status.is_terminal():
             info.status = JobStatus.FAILED
             info.error = reason
+            info.pending_reason = None  # what it waited for is moot: it ended
         return info
 
     def list_jobs(self) -> list[JobInfo]:

@@ -444,6 +444,9 @@ class RayCluster(RecordCluster):
         """Start a supervisor with the job riding on its creation (which Ray delivers even when this process
         exits at once); with ``standby``, it takes the client's next jobs."""
         name = supervisor_name()
+        # until it runs the job, the record says what the job waits for: a supervisor Ray has not created
+        # (its runtime_env being set up, or no room on the head) leaves it PENDING for minutes
+        info.pending_reason = f"waiting for its supervisor actor {name!r} to start"
         self.store.write(info, owner=self._owner(name))
         max_jobs = JOBS_PER_SUPERVISOR if standby else 1
         actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=max_jobs)
@@ -588,6 +591,7 @@ class RayCluster(RecordCluster):
         it, the launching marker stays; ``close()`` waits for unsettled hand-overs, because a call to an
         actor that is not up yet is buffered in this process and is lost if it exits first."""
         name, actor, _ = standby
+        info.pending_reason = f"handed to its supervisor actor {name!r}, which has not taken it yet"
         self.store.write(info, owner=self._owner(name))
         ref = actor.start.remote(*job)
         with self._standby_lock:
@@ -663,7 +667,7 @@ class RayCluster(RecordCluster):
         except Exception as e:
             try:
                 info = h.info
-                info.status, info.finished_at = JobStatus.FAILED, time.time()
+                info.status, info.finished_at, info.pending_reason = JobStatus.FAILED, time.time(), None
                 info.error = f"launch: no supervisor could be started for the job: {type(e).__name__}: {e}"
                 self.store.write(info, owner=self._owner(h.name))
             except Exception:

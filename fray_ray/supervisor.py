@@ -240,6 +240,7 @@ class _Job:
         if "runtime_env" not in settings and env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
         info = JobInfo.from_json(self.store.read(job_id))
+        info.pending_reason = None  # the client's "waiting for its supervisor": this one has it now
         host_config = HostConfig(
             sys_path=tuple(settings["sys_path"]),
             cwd=settings["cwd"],

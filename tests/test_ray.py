@@ -396,13 +396,16 @@ def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
     poller = RayCluster(address=ray_tpu_cluster.address, jobs_dir=str(tmp_path), warm_supervisor=False)
     try:
         assert poller.store.read(job_id)["owner"]["ray_actor"] == never
-        assert poller.poll(job_id).status is JobStatus.PENDING  # within the grace: it may still come up
+        pending = poller.poll(job_id)  # within the grace: it may still come up, and the job says what it waits for
+        assert pending.status is JobStatus.PENDING, pending.error
+        assert pending.pending_reason == f"handed to its supervisor actor {never!r}, which has not taken it yet"
         poller._launch_seen[job_id] -= SUPERVISOR_START_GRACE
         # past the grace but not created yet: it may be setting up its runtime_env, which takes minutes
         assert poller.poll(job_id).status is JobStatus.PENDING
         poller._launch_seen[job_id] -= SUPERVISOR_START_TIMEOUT
         info = poller.poll(job_id)
         assert info.status is JobStatus.FAILED and never in info.error and "has not started" in info.error, info.error
+        assert info.pending_reason is None
     finally:
         ray.kill(ray.get_actor(never, namespace="fray"), no_restart=True)
     # a live supervisor that does not have the job (the call lost after it was up)
