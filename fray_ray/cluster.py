@@ -277,6 +277,7 @@ class RayCluster(RecordCluster):
         # jobs a supervisor refused, until their cold start wrote the new owner: their record still names
         # the refusing (maybe gone) supervisor, which a poll meanwhile must not read as the job's end
         self._taking_back: set[str] = set()
+        self._taken_back = threading.Condition(self._standby_lock)  # notified as each take-back ends
         self._settler: threading.Thread | None = None
         #: This client's wall clock: it stamps ``submitted_at`` (what users read), which nothing on the
         #: cluster compares with its own clocks (tests skew it: ``cluster.wall = FakeClock().wall``).
@@ -673,8 +674,9 @@ class RayCluster(RecordCluster):
             except Exception:
                 pass  # the poll says its supervisor does not have it, once the marker's grace passed
         finally:
-            with self._standby_lock:
+            with self._taken_back:
                 self._taking_back.discard(job_id)
+                self._taken_back.notify_all()
             self._unmark_later(job_id)
 
     def _unsettled(self, timeout: float) -> None:
@@ -900,6 +902,8 @@ class RayCluster(RecordCluster):
         if handing is not None:  # a stop before its supervisor took it would find nothing to stop
             ready, _ = ray.wait([handing], timeout=HAND_OVER_TIMEOUT)
             self._settle(ready)
+        with self._taken_back:  # refused, and being given to a new supervisor: that one is the one to stop
+            self._taken_back.wait_for(lambda: job_id not in self._taking_back, timeout=HAND_OVER_TIMEOUT)
         if self.poll(job_id).status.is_terminal():
             return
         actor = self._supervisor(job_id)

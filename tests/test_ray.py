@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -460,6 +461,52 @@ def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(
     assert [i.status for i in during] == [JobStatus.PENDING], [(i.status, i.error) for i in during]
     new_owner = client.store.read(second)["owner"]["ray_actor"]
     assert new_owner != name and client._standby[0] == new_owner
+    client.close()
+
+
+def test_a_stop_while_a_refused_job_goes_to_a_new_supervisor_stops_it_there(
+    ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``terminate`` while the client gives a refused job to a new supervisor waits for that hand-over and stops
+    the job there; it does not look for the job at the gone supervisor its record still names (it would find
+    none, and after a minute report that the job "did not stop" while the new one ran it)."""
+    client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
+    # this module's code, as the held job's: a supervisor only takes jobs of the code it loaded
+    first = client.launch(JobRequest(name="warm", entrypoint=Entrypoint(callable=_takes, function_args={"x": 1})))
+    assert client.wait(first, timeout=120).status is JobStatus.SUCCEEDED
+    name, actor, _ = client._standby
+    ray.get(actor.retire.remote(), timeout=30)  # no job: it exits, and refuses the next one
+    wait_for(
+        lambda: name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
+        what="the retired supervisor to exit",
+    )
+    stop: dict[str, Any] = {}
+    cold_start = RayCluster._cold_start
+
+    def stopped_meanwhile(self: RayCluster, info: JobInfo, *args: Any, **kwargs: Any) -> None:
+        stop["taking back"] = info.job_id in self._taking_back  # not a launch's own cold start
+
+        def terminate() -> None:
+            try:
+                self.terminate(info.job_id)
+            except Exception as e:
+                stop["error"] = e
+
+        stop["thread"] = threading.Thread(target=terminate)
+        stop["thread"].start()
+        time.sleep(1.0)  # the stop under way before the new supervisor has the job (no event says it waits)
+        cold_start(self, info, *args, **kwargs)
+
+    monkeypatch.setattr(RayCluster, "_cold_start", stopped_meanwhile)
+    job = client.launch(
+        JobRequest(name="held", entrypoint=Entrypoint(callable=_hold_cpu, function_args={"marker": str(tmp_path)}))
+    )
+    info = client.wait(job, timeout=120)
+    stop["thread"].join(timeout=120)
+    assert stop["taking back"]
+    assert not stop["thread"].is_alive() and "error" not in stop, stop.get("error")
+    assert info.status is JobStatus.STOPPED, (info.status, info.error)
+    assert client.store.read(job)["owner"]["ray_actor"] != name
     client.close()
 
 
