@@ -630,12 +630,12 @@ class RayCluster(RecordCluster):
                     taken = bool(ray.get(ref, timeout=0))
                 except Exception:
                     taken = False
-                if not taken:
-                    self._taking_back.add(str(h.info.job_id))
                 if taken:
                     self._answered.add(h.name)
                     if len(self._answered) > 1024:
                         self._answered.clear()
+                else:
+                    self._taking_back.add(str(h.info.job_id))
                 done.append((h, taken))
             stuck = {
                 h.name: h.actor

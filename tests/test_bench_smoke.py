@@ -29,9 +29,9 @@ SMOKE_TIMEOUT = 420  # below the test's own timeout
 def test_bench_script_smoke(script: str) -> None:
     if script.startswith("ray_") or script == "peers_ray.py":
         pytest.importorskip("ray")
-    # its own session: on a timeout the whole group goes (the Ray scripts' emulated clusters with it; a
-    # script killed alone left one running through the rest of a CI run), and the test fails saying so
-    # before pytest's own timeout would end it without the script's output
+    # its own session: on a timeout the whole group goes (the Ray scripts' emulated clusters with it, not
+    # only the script's own process), and the test fails saying so, with the script's output, before
+    # pytest's own timeout would end it without
     proc = subprocess.Popen(
         [sys.executable, str(BENCH / script), "--smoke"],
         stdout=subprocess.PIPE,

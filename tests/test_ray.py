@@ -482,6 +482,14 @@ def test_a_stop_while_a_refused_job_goes_to_a_new_supervisor_stops_it_there(
     )
     stop: dict[str, Any] = {}
     cold_start = RayCluster._cold_start
+    waiting = threading.Event()  # terminate has reached its wait for the take-back
+
+    class Observed(threading.Condition):
+        def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait_for(predicate, timeout)
+
+    client._taken_back = Observed(client._standby_lock)
 
     def stopped_meanwhile(self: RayCluster, info: JobInfo, *args: Any, **kwargs: Any) -> None:
         stop["taking back"] = info.job_id in self._taking_back  # not a launch's own cold start
@@ -494,7 +502,7 @@ def test_a_stop_while_a_refused_job_goes_to_a_new_supervisor_stops_it_there(
 
         stop["thread"] = threading.Thread(target=terminate)
         stop["thread"].start()
-        time.sleep(1.0)  # the stop under way before the new supervisor has the job (no event says it waits)
+        stop["waited"] = waiting.wait(timeout=60)  # the stop under way before the new supervisor has the job
         cold_start(self, info, *args, **kwargs)
 
     monkeypatch.setattr(RayCluster, "_cold_start", stopped_meanwhile)
@@ -503,7 +511,7 @@ def test_a_stop_while_a_refused_job_goes_to_a_new_supervisor_stops_it_there(
     )
     info = client.wait(job, timeout=120)
     stop["thread"].join(timeout=120)
-    assert stop["taking back"]
+    assert stop["taking back"] and stop["waited"]
     assert not stop["thread"].is_alive() and "error" not in stop, stop.get("error")
     assert info.status is JobStatus.STOPPED, (info.status, info.error)
     assert client.store.read(job)["owner"]["ray_actor"] != name
