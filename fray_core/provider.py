@@ -229,7 +229,7 @@ class SliceProvider(abc.ABC):
     The other methods are optional capabilities with a default that means "this provider cannot tell"
     (or "nothing to do"); a backend overrides the ones it can answer: :meth:`close`,
     :meth:`prepare_entry`, :meth:`was_preempted`, :meth:`free_slices`, :meth:`started_runs`,
-    :meth:`lease_health` and :attr:`detection_delay`.
+    :meth:`queued`, :meth:`lease_health` and :attr:`detection_delay`.
 
     Threading: the runner calls every method from its one thread; only a backend's own callbacks
     (e.g. a host reporting in) come from elsewhere.
@@ -311,6 +311,26 @@ class SliceProvider(abc.ABC):
         once every host started, and an attempt whose hosts do not all start within
         ``RetryPolicy.host_start_timeout`` PREEMPTED. Default: ``None`` (cannot tell: a host counts as
         started when :meth:`start` returned)."""
+        return None
+
+    def queued(self, runs: list[HostRun]) -> str | None:
+        """Why hosts among ``runs`` (started by :meth:`start`, not started yet by :meth:`started_runs`)
+        wait in the backend's own queue for resources, or ``None`` when none does; cheap and non-blocking
+        (asked every poll until all hosts started). A provider whose lease reserves nothing (its
+        :meth:`acquire` checked only that the cluster has room for the hosts at all, and :meth:`start` hands
+        them to the backend's queue, as a plain Ray task is) says so here: the job stays PENDING with this
+        as its ``pending_reason``, ``RetryPolicy.host_start_timeout`` counts only from when the hosts left the
+        queue, and the attempt's ``acquired_at`` is then. Raises :class:`~fray_core.errors.Unschedulable`
+        (``permanent=True``) when the queued hosts can never be placed (the nodes that had room are gone and
+        no autoscaler may add any): the job fails, never waits forever. Default: ``None`` (every lease
+        reserved its hosts' resources; :meth:`start` started them).
+
+        Example::
+
+            def queued(self, runs):
+                waiting = [r for r in runs if self.backend.is_queued(r.handle)]
+                return f"queued by the backend for {len(waiting)} host(s)" if waiting else None
+        """
         return None
 
     def lease_health(self, leases: Sequence[SliceLease]) -> list[LeaseHealth]:

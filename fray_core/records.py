@@ -425,15 +425,30 @@ class JobStore:
         ``result_error`` why not (they cannot be pickled, or the disk is full). ``info`` then refers to the
         stored copy instead of holding the results, so a long-lived process does not keep every job's results.
         """
-        self._make_job_dir(info.job_id)
         if info.status is JobStatus.SUCCEEDED and info.result_error is None and info.result_in_memory is not None:
+            self._make_job_dir(info.job_id)
             self._store_results(info, info.result_in_memory)
+        self.write_record(info.job_id, self.record_of(info, **extra))
+
+    def record_of(self, info: JobInfo, **extra: Any) -> dict[str, Any]:
+        """The record :meth:`write` writes for ``info`` (its results, if any, already stored): a snapshot
+        that a writer in another thread can write later (:meth:`write_record`) while ``info`` changes.
+
+        >>> from fray_core.status import JobInfo, JobStatus
+        >>> JobStore.record_of(None, JobInfo(job_id="j-1", name="n", status=JobStatus.PENDING), owner={})["status"]
+        'PENDING'
+        """
         record = info.to_json()
         stored = info.stored_result
         if stored is not None and stored.size is not None:
             record["result_size"] = stored.size
         record.update(extra)
-        self._write_atomic(info.job_id, RECORD, _encode(record))
+        return record
+
+    def write_record(self, job_id: str, record: dict[str, Any]) -> None:
+        """Write a record made by :meth:`record_of`, atomically (see :meth:`write`)."""
+        self._make_job_dir(job_id)
+        self._write_atomic(job_id, RECORD, _encode(record))
 
     def write_final(self, info: JobInfo, **extra: Any) -> str | None:
         """Write a job's final (terminal) record, whatever it takes; ``None`` once written, else why it

@@ -452,6 +452,9 @@ class GangRunner:
 
     def _all_started(self, attempt: Attempt) -> None:
         attempt.hosts_started_at = self.wall()
+        if attempt.acquired_at is None:  # its hosts left the backend's queue by starting (SliceProvider.queued)
+            attempt.acquired_at = attempt.hosts_started_at
+        self.info.pending_reason = None
         self.info.status = JobStatus.RUNNING
         self.info.progress = f"attempt {attempt.index}: running on {', '.join(attempt.slices)}"
         self._changed()
@@ -482,6 +485,7 @@ class GangRunner:
         started = self.provider.started_runs(runs)
         not_started = set(runs).difference(started) if started is not None else set()
         start_deadline = self.clock() + self.policy.host_start_timeout
+        queued = False  # hosts wait in the backend's own queue (see SliceProvider.queued)
         if not not_started:
             self._all_started(attempt)
         grow = self._grow_watch(leases)
@@ -536,6 +540,31 @@ class GangRunner:
                         f"growing from {len(leases)} slice(s)",
                         None,
                     )
+            if not_started:
+                try:
+                    why = self.provider.queued(list(not_started))
+                except Unschedulable as e:  # the backend can never place them: not worth waiting for
+                    self._cancel_and_drain(runs, pending)
+                    if self.stopped:
+                        return AttemptOutcome.CANCELLED, "terminated", None
+                    if e.permanent:
+                        raise
+                    return AttemptOutcome.UNSCHEDULABLE, f"Unschedulable: {e}", None
+                if why is not None:
+                    # a queue holds nothing yet: the start and startup timeouts count from leaving it, the
+                    # attempt holds its resources (goodput) from then, and the job says why it waits
+                    began = self.clock()
+                    start_deadline = began + self.policy.host_start_timeout
+                    if not queued:
+                        queued, attempt.acquired_at = True, None
+                    if why != self.info.pending_reason:
+                        self.info.pending_reason = why
+                        self._changed()
+                elif queued:  # out of the queue: from now the hosts must start within the timeout
+                    queued, attempt.acquired_at, self.info.pending_reason = False, self.wall(), None
+                    start_deadline = began = self.clock()
+                    start_deadline += self.policy.host_start_timeout
+                    self._changed()
             if not_started and self.clock() >= start_deadline:
                 late = sorted(not_started, key=lambda r: (r.slice_index, r.host_index))
                 self._cancel_and_drain(runs, pending)

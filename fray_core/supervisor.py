@@ -36,6 +36,9 @@ __all__ = ["LOG_UPLOAD_INTERVAL", "RecordCluster", "Supervisor", "check_picklabl
 
 LOG_UPLOAD_INTERVAL = 5.0  # seconds between log uploads when the store is remote (gs://...)
 START_TIMEOUT = 10.0  # seconds between a waiting supervisor thread's looks at its launch (see _thread_main)
+# seconds a final record waits for a write-behind of an earlier state still in flight (see Supervisor.persist);
+# a remote store's own calls time out sooner (Ray's KV: 30 s), so this only bounds a store that does not
+WRITE_BEHIND_WAIT = 120.0
 
 
 def check_picklable(request: JobRequest) -> None:
@@ -109,6 +112,10 @@ class Supervisor:
         self._final_written = False
         self._upload_lock = threading.Lock()  # the periodic upload and the final one must not append the same bytes
         self._uploaded = 0  # bytes of the log the remote store's copy has
+        self._writes = threading.Condition()  # the write-behind of states that are not final (see persist)
+        self._next_record: dict[str, Any] | None = None
+        self._writing = False
+        self._final_begun = False
 
     @property
     def job_id(self) -> JobId:
@@ -121,7 +128,19 @@ class Supervisor:
     def persist(self, info: JobInfo) -> None:
         """Write the record (the runner's ``on_change``). A failed write is remembered, not raised: the job
         goes on, and the next change writes it again; a final record that failed is written by :meth:`run`
-        once the job's hosts are released (:meth:`JobStore.write_final`)."""
+        once the job's hosts are released (:meth:`JobStore.write_final`).
+
+        To a remote store (Ray's KV, ``gs://``) a state that is not final is written behind, by a thread of
+        the job's, and a state that changes while a write is in flight replaces the one waiting (only the
+        newest is written): the runner never waits for the store's round trips, and a job whose states
+        follow each other within milliseconds (waiting, starting, running) writes one or two records, not
+        five. Two readers' views stay in order: the final record waits for the write in flight, and
+        nothing is written after it."""
+        if not info.status.is_terminal() and not self.store.is_local:
+            self._write_behind(self.store.record_of(info, **self.owner))
+            return
+        if info.status.is_terminal():
+            self._settle_writes()
         if info.status.is_terminal() and not self.store.is_local:
             self.upload_log()  # first: whoever sees the job ended sees all of its log (a remote store's copy)
         try:
@@ -133,6 +152,43 @@ class Supervisor:
         if info.status.is_terminal():
             self._final_written = True
             self.ended.set()
+
+    def _write_behind(self, record: dict[str, Any]) -> None:
+        """Queue ``record`` (replacing one still waiting) for the job's writer thread; start it if none runs."""
+        with self._writes:
+            if self._final_begun:
+                return  # the final record is being written: an earlier state must not follow it
+            self._next_record = record
+            if self._writing:
+                return
+            self._writing = True
+        try:
+            threading.Thread(target=self._writer, daemon=True, name=f"fray-record-{self.job_id}").start()
+        except RuntimeError:  # no thread to be had: write it here
+            self._writer()
+
+    def _writer(self) -> None:
+        while True:
+            with self._writes:
+                record, self._next_record = self._next_record, None
+                if record is None:
+                    self._writing = False
+                    self._writes.notify_all()
+                    return
+            try:
+                self.store.write_record(self.job_id, record)
+            except Exception as e:  # noqa: BLE001 - as persist: remembered, and the next change writes again
+                self.write_error = f"{type(e).__name__}: {e}"
+            else:
+                self.write_error = None
+
+    def _settle_writes(self) -> None:
+        """Before the final record: drop a state still waiting, and wait (at most ``WRITE_BEHIND_WAIT``) for
+        the write in flight, so that no earlier state lands after the final one."""
+        with self._writes:
+            self._final_begun = True
+            self._next_record = None
+            self._writes.wait_for(lambda: not self._writing, timeout=WRITE_BEHIND_WAIT)
 
     def start(self, record: bool = True) -> None:
         """Run the job in a thread of its own; with ``record``, write the PENDING record first.
@@ -192,6 +248,7 @@ class Supervisor:
             )
             info.finished_at = self.runner.wall()  # the runner's steady wall clock: no negative durations
         self.log.close()
+        self._settle_writes()
         if not self.store.is_local:  # before the final record: whoever sees the job ended sees all its log
             self.upload_log()
         problem = None

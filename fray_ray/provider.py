@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import cloudpickle
@@ -128,6 +128,11 @@ RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to hav
 TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
 TRANSIT_STEP = 0.05
 DRAIN_ASK_WAIT = 0.05  # seconds a health check waits for the scheduler's list of draining nodes (else: next time)
+# A one-replica job's task Ray queues itself (see _queue_lease): said in its pending reason only after this long
+# (a task Ray starts at once needs none: a changed pending reason is a record write), and failed as unschedulable
+# once no node had room for it for this long (its nodes gone, no autoscaler: else it would wait forever).
+QUEUE_QUIET = 1.0
+QUEUE_NO_ROOM_S = 60.0
 ADMIT_WAIT_MIN = 0.05  # seconds an acquire round waits for the scheduler's answer at least (past its deadline)
 SLOW_READ_S = 2.0  # a read of the node table this slow is named in the pending reason
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
@@ -146,6 +151,12 @@ class _Reservation:
     node_died: bool = False
     host_nodes: tuple[str, ...] = ()  # bundle h's node id: the host's hardware identity (quarantine)
     tpu_per_host: float = 0.0  # the ``TPU`` resource each host task asks for (0: not a TPU lease)
+    # A lease that reserves nothing (no groups): its one host's task asks Ray for ``bundle`` and Ray queues it
+    # (see RaySliceProvider._queue_lease); ``since``: when it was submitted; ``no_room_since``: since when no
+    # node of the cluster had room for it (None: some had)
+    bundle: dict[str, float] | None = None
+    since: float = 0.0
+    no_room_since: float | None = None
 
     def remove(self) -> None:
         if self.removed:
@@ -156,6 +167,26 @@ class _Reservation:
                 remove_placement_group(pg)
             except Exception:
                 pass  # already removed (e.g. its creator died); nothing left to free
+
+
+@attrs.define(eq=False)
+class _Drains:
+    """The nodes Ray drains, as a namespace's scheduler last said, shared by every job of the process: one
+    question a second for all of them (64 jobs of one supervisor each asking, one at a time through their
+    clients' waits, kept each other's health checks waiting: bench/NOTES.md)."""
+
+    nodes: dict[str, int] = attrs.Factory(dict)
+    at: float = float("-inf")
+    asking: bool = False
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    _all: ClassVar[dict[str, _Drains]] = {}
+    _all_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def of(cls, namespace: str) -> _Drains:
+        with cls._all_lock:
+            return cls._all.setdefault(namespace, cls())
 
 
 @attrs.define(eq=False)
@@ -239,8 +270,8 @@ class RaySliceProvider(SliceProvider):
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
         self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
         self._fresh_view = False  # the job released slices: the scheduler's next answer must see that
-        self._drains: dict[str, int] = {}  # the draining nodes, as the scheduler last said (see _draining)
-        self._draining_at = float("-inf")
+        self._in_line = False  # this job asked the scheduler for slices (it has a place in its line to leave)
+        self._queued_hosts: dict[str, _Reservation] = {}  # tag -> the reserving-nothing lease of a host not in yet
 
     # ------------------------------------------------------------------------------------- acquire
 
@@ -278,6 +309,7 @@ class RaySliceProvider(SliceProvider):
         ``reason``; both with the pool's ``total``/``free``/``busy`` slice counts and the ``transit`` slices),
         or why the job waits when the scheduler has not answered by ``deadline`` (:class:`SchedulerBehind`)."""
         fresh, self._fresh_view = self._fresh_view, False
+        self._in_line = True
         answer = self.scheduler.ask(
             "acquire_pool",
             self.job_id,
@@ -521,9 +553,12 @@ class RaySliceProvider(SliceProvider):
         return leases
 
     def _acquire_gang(self, resources: ResourceConfig, deadline: float) -> SliceLease:
-        """CPU/GPU: one placement group with a bundle per replica, kept pending across acquire rounds."""
+        """CPU/GPU: one placement group with a bundle per replica, kept pending across acquire rounds; one
+        replica: no group at all (:meth:`_queue_lease`)."""
         n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         bundle = self._gang_bundle(resources)
+        if n == 1:
+            return self._queue_lease(resources, bundle)
         key = (n, tuple(sorted(bundle.items())))
         with self._lock:
             if self._pending_gang is None or self._pending_gang[0] != key:
@@ -553,6 +588,25 @@ class RaySliceProvider(SliceProvider):
             handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg),
         )
 
+    def _queue_lease(self, resources: ResourceConfig, bundle: dict[str, float]) -> SliceLease:
+        """A one-replica CPU/GPU job: a lease that reserves nothing. Its host task asks Ray for the bundle's
+        resources itself and waits in Ray's own queue, as a plain Ray task does (:meth:`queued` says so), and
+        starts in the first worker free for it. A placement group per job, created, waited for and removed
+        around one task, made 100 small jobs take 21x as long as the same tasks without (bench/NOTES.md), and
+        a group of one bundle guarantees nothing a task's own resource request does not. Fails at once when
+        no node of the cluster ever had room for it (as a gang does)."""
+        room = self._room(bundle)
+        if room < 1 and not self.autoscaling:
+            raise self._gang_waiting(1, bundle)
+        kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
+        return SliceLease(name="ray", device_type=kind, hosts=1, handle=(_Reservation([], bundle=bundle), None))
+
+    def _room(self, bundle: dict[str, float]) -> int:
+        """How many ``bundle``-shaped requests the live nodes' totals hold at once (not what is free now): an
+        O(N) read shared by every job of the process, at most every ``GANG_ROOM_MAX_AGE`` seconds."""
+        nodes = ClusterView.shared().nodes(max_age=GANG_ROOM_MAX_AGE)
+        return sum(_bundles_fitting(node.get("Resources") or {}, bundle) for node in nodes.values())
+
     def _gang_waiting(self, n: int, bundle: dict[str, float]) -> Unschedulable:
         """Why a CPU/GPU gang is not placed yet. Held (the job waits as long as it takes, PENDING, no
         ``schedule_timeout``) when the cluster's nodes have room for it in all, so other work holds it: a
@@ -560,11 +614,10 @@ class RaySliceProvider(SliceProvider):
         never had room for it and no autoscaler may add nodes; else missing."""
         shared = ClusterView.shared()  # shared by every job of the process
         # the nodes' totals change when nodes come or go: an O(N) read at most every GANG_ROOM_MAX_AGE seconds
-        nodes = shared.nodes(max_age=GANG_ROOM_MAX_AGE)
-        room = sum(_bundles_fitting(node.get("Resources") or {}, bundle) for node in nodes.values())
+        room = self._room(bundle)
         shape = tuple(sorted(bundle.items()))
         seen = self._max_gang_room[shape] = max(self._max_gang_room.get(shape, 0), room)
-        asked = f"{n} x {{{', '.join(f'{k}: {v:g}' for k, v in bundle.items())}}}"
+        asked = _asked(n, bundle)
         if seen < n and not self.autoscaling:
             return Unschedulable(
                 f"asked: {asked}; the Ray cluster's nodes have room for {seen} in all "
@@ -615,7 +668,11 @@ class RaySliceProvider(SliceProvider):
         end is recorded at once. Ray gives the resources back to the nodes asynchronously (27-104 ms
         measured); this job's next ``acquire`` waits for that (:meth:`_await_released`), another job's
         looks again shortly (:meth:`_in_transit`)."""
-        removed = [lease.handle[0] for lease in leases if lease.handle is not None and not lease.handle[0].removed]
+        removed = [
+            lease.handle[0]
+            for lease in leases
+            if lease.handle is not None and not lease.handle[0].removed and lease.handle[0].groups
+        ]
         for res in removed:
             res.remove()
         # Not a lost slice's groups: its nodes keep showing their resources until Ray declares them dead
@@ -659,7 +716,8 @@ class RaySliceProvider(SliceProvider):
             if self._pending_gang is not None:
                 _Reservation([self._pending_gang[1]]).remove()
                 self._pending_gang = None
-        self.scheduler.call("leave", self.job_id)
+        if self._in_line:  # a round trip to the scheduler at every job's end, for the jobs that were in its line
+            self.scheduler.call("leave", self.job_id)
         try:  # the hosts' heartbeats (see heartbeats) and preemption notices (announce_preemption)
             gcs = ray._private.worker.global_worker.gcs_client
             gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
@@ -710,6 +768,8 @@ class RaySliceProvider(SliceProvider):
         entry = self._entry_arg(entrypoint, hosts[0].attempt)
         is_tpu = lease.device_type not in ("cpu", "gpu")
         runs: list[HostRun] = []
+        if pg is None:  # a lease that reserves nothing: the task waits in Ray's queue (see queued)
+            lease.handle[0].since = time.monotonic()
         try:
             for spec in hosts:
                 runs.append(self._start_host(lease, pg, spec, entry, is_tpu))
@@ -719,7 +779,9 @@ class RaySliceProvider(SliceProvider):
             raise
         return runs
 
-    def _start_host(self, lease: SliceLease, pg: PlacementGroup, spec: HostSpec, entry: Any, is_tpu: bool) -> HostRun:
+    def _start_host(
+        self, lease: SliceLease, pg: PlacementGroup | None, spec: HostSpec, entry: Any, is_tpu: bool
+    ) -> HostRun:
         """Submit one host's task (not waited for)."""
         attempt, s, h = spec.attempt, spec.slice_index, spec.host_index
         if is_tpu:
@@ -727,7 +789,7 @@ class RaySliceProvider(SliceProvider):
             opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": _lease_tpu(lease)}}
         else:
             tag, where = f"a{attempt} r{h}", f"replica {h}"
-            opts = self._gang_task_options(pg, h)
+            opts = self._gang_task_options(pg, h) if pg is not None else self._queued_task_options(lease.handle[0])
         env = dict(spec.env)
         env.setdefault(
             "FRAY_CLUSTER_SPEC", "ray"
@@ -736,14 +798,17 @@ class RaySliceProvider(SliceProvider):
         # A CPU replica runs in a worker Ray may reuse (a fresh one costs ~1 CPU-second: most of a small job's
         # cost, bench/NOTES.md); a TPU or GPU host in a fresh one, whose device it holds until it exits.
         shared = not is_tpu and not opts.get("num_gpus")
+        if pg is not None:
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=h
+            )
+        else:  # before the task exists: it may report in (mark_started, another thread) at once
+            self._queued_hosts[tag] = lease.handle[0]
         ref = (
             (_shared_host_task if shared else _host_task)
             .options(
                 max_retries=0,
                 retry_exceptions=False,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=h
-                ),
                 runtime_env=self.runtime_env,
                 name=f"fray:{self.job_id}:{tag}",
                 **opts,
@@ -766,7 +831,10 @@ class RaySliceProvider(SliceProvider):
         if now - self._last_health >= HEALTH_INTERVAL:
             self._last_health = now
             self._check_health([lease for lease in leases if lease.handle is not None])
-        draining = self._draining() if any(lease.handle is not None for lease in leases) else {}
+        # a queued host's lease has no node until the host reported in: nothing that could drain yet
+        draining = (
+            self._draining() if any(lease.handle is not None and lease.handle[0].nodes for lease in leases) else {}
+        )
         out = []
         for lease in leases:
             res = lease.handle[0] if lease.handle is not None else None
@@ -791,12 +859,20 @@ class RaySliceProvider(SliceProvider):
         last read them: one read a second for the whole cluster, not one per supervisor (Ray's handler
         walks every node: 8 ms of GCS work a call at 16,000 hosts, issue 29). Asked at most once per
         ``HEALTH_INTERVAL``; a scheduler that has not answered yet leaves the last answer standing."""
-        now = time.monotonic()
-        if now - self._draining_at >= HEALTH_INTERVAL:
+        shared = _Drains.of(self.scheduler.namespace)
+        with shared.lock:
+            if time.monotonic() - shared.at < HEALTH_INTERVAL or shared.asking:
+                return shared.nodes  # fresh, or another job of this process is asking right now
+            shared.asking = True
+        answer = None
+        try:
             answer = self.scheduler.ask("draining", timeout=DRAIN_ASK_WAIT)
-            if isinstance(answer, dict):
-                self._drains, self._draining_at = answer, now
-        return self._drains
+        finally:
+            with shared.lock:
+                shared.asking = False
+                if isinstance(answer, dict):
+                    shared.nodes, shared.at = answer, time.monotonic()
+        return shared.nodes
 
     @property
     def detection_delay(self) -> float:
@@ -894,12 +970,64 @@ class RaySliceProvider(SliceProvider):
 
     def mark_started(self, tag: str, process: HostProcess | None = None) -> None:
         """A host's process reports in (through the supervisor) before it runs the user's code, saying
-        where it runs (what a graceful ``cancel`` signals)."""
+        where it runs (what a graceful ``cancel`` signals): for a queued host also where Ray placed it, the
+        node its lease's health is read from (a drain of it is the host's preemption notice)."""
         self._reported_in[tag] = process
+        res = self._queued_hosts.pop(tag, None)
+        if res is not None and process is not None:
+            res.nodes = frozenset((process.node_id,))
 
     def started_runs(self, runs: list[HostRun]) -> list[HostRun] | None:
         """The runs whose host process has started (see ``SliceProvider``)."""
         return [r for r in runs if r.handle.tag in self._reported_in]
+
+    def _queued_task_options(self, res: _Reservation) -> dict[str, Any]:
+        """A queued host task's own resource request: the bundle a placement group would have held."""
+        bundle = dict(res.bundle or {})
+        opts: dict[str, Any] = {"num_cpus": bundle.pop("CPU", 0)}
+        if "memory" in bundle:
+            opts["memory"] = bundle.pop("memory")
+        if "GPU" in bundle:
+            opts["num_gpus"] = bundle.pop("GPU")
+        if bundle:  # the non-preemptible marker
+            opts["resources"] = bundle
+        return opts
+
+    def queued(self, runs: list[HostRun]) -> str | None:
+        """The hosts of a lease that reserves nothing wait in Ray's queue until they report in (see
+        ``SliceProvider.queued``): Ray does not tell a task waiting for resources from one whose worker is
+        starting, without a state-API call per task. Said after ``QUEUE_QUIET``; unschedulable once no node
+        had room for the task for ``QUEUE_NO_ROOM_S`` (its nodes gone, no autoscaler to add any)."""
+        res = next(
+            (
+                r.lease.handle[0]
+                for r in runs
+                if r.lease.handle is not None and r.lease.handle[1] is None and r.handle.tag not in self._reported_in
+            ),
+            None,
+        )
+        if res is None:
+            return None
+        now = time.monotonic()
+        if now - res.since < QUEUE_QUIET:
+            return None
+        bundle = res.bundle or {}
+        room = self._room(bundle)
+        if room >= 1:
+            res.no_room_since = None
+        elif res.no_room_since is None:
+            res.no_room_since = now
+        elif now - res.no_room_since >= QUEUE_NO_ROOM_S and not self.autoscaling:
+            raise Unschedulable(
+                f"asked: {_asked(1, bundle)}; no node of the Ray cluster has had room for it for "
+                f"{QUEUE_NO_ROOM_S:g} s (pass autoscaling=True to RayCluster to wait for an autoscaler instead)",
+                permanent=True,
+            )
+        # the same text while the room does not change: a changed pending reason is a record write
+        return (
+            f"waiting in Ray's queue for {_asked(1, bundle)}: the cluster has room for {room} in all, held by "
+            "other work (or a worker is starting for it)"
+        )
 
     def _gang_task_options(self, pg: PlacementGroup, h: int) -> dict[str, Any]:
         spec = placement_group_table(pg).get("bundles", {}).get(h, {})
@@ -1116,6 +1244,15 @@ def health_checks() -> tuple[float, float, int]:
 
 
 GANG_ROOM_MAX_AGE = 30.0  # seconds a waiting gang's reading of the nodes' totals is used (see _gang_waiting)
+
+
+def _asked(n: int, bundle: dict[str, float]) -> str:
+    """A request as a pending reason names it.
+
+    >>> _asked(2, {"CPU": 1.0, "memory": 67108864.0})
+    '2 x {CPU: 1, memory: 6.71089e+07}'
+    """
+    return f"{n} x {{{', '.join(f'{k}: {v:g}' for k, v in bundle.items())}}}"
 
 
 def _bundles_fitting(total: dict[str, float], bundle: dict[str, float]) -> int:

@@ -5,7 +5,7 @@ for each job it was given, each in a thread of its own.
 A ``RayCluster`` gives its jobs to one supervisor process (``start`` returns at once), as long as the process
 takes them: at most ``JOBS_PER_SUPERVISOR`` jobs in its life, and at most ``HOSTS_PER_SUPERVISOR`` hosts of
 running jobs (each host sends it log batches) unless it has none. Then the client starts the next one. One
-process per job cost the head ~100 MB and ~1.5 CPU-seconds per job (issue 29, bench/NOTES.md); shared by 16,
+process per job cost the head ~100 MB and ~1.5 CPU-seconds per job (issue 29, bench/NOTES.md); shared,
 a job's share is a few MB and a launch after the first starts no process. Jobs share a process only when they
 carry the same code (``runtime_env``): a job's request is unpickled there, which imports the user's modules.
 The lifetime cap bounds what those imports and any leak of a job's code can accumulate.
@@ -71,9 +71,11 @@ STANDBY_IDLE_TIMEOUT = 600.0  # seconds a supervisor that never had a job waits 
 # ... and one whose jobs all ended: its client may have exited without retiring it (a `fray launch` does not
 # wait for a supervisor still starting to hear it), and an idle process costs the head ~100 MB
 IDLE_AFTER_JOBS = 60.0
-# Jobs one supervisor process takes in its life: its memory (~100 MB, bench/NOTES.md) shared by up to 16, and
-# a bound on what the jobs' code (imported here when a request is unpickled) can leave behind.
-JOBS_PER_SUPERVISOR = 16
+# Jobs one supervisor process takes in its life: its memory (~100 MB, bench/NOTES.md) shared by many, and a
+# bound on what the jobs' code (imported here when a request is unpickled; it never runs here) can leave behind.
+# 16 until 2026-11-28: 200 small jobs then started 13 supervisors (~1.5 CPU-s each on the head) while their jobs
+# waited: 26 s against 17.8 s with one (bench/NOTES.md). How many run here at once HOSTS_PER_SUPERVISOR bounds.
+JOBS_PER_SUPERVISOR = 256
 # Hosts of running jobs one supervisor process takes more jobs beside (each host sends it up to 5 log batches
 # a second): a job larger than that gets a process of its own.
 HOSTS_PER_SUPERVISOR = 512
@@ -213,7 +215,7 @@ class _Job:
             if p not in sys.path and os.path.isdir(p):
                 sys.path.insert(0, p)
         self.store = self.process.store_for(settings["jobs_dir"])
-        self.store.read(job_id)  # the client wrote it: not found means this is not the client's store
+        record = self.store.read(job_id)  # the client wrote it: not found means this is not the client's store
         self.store.prepare(job_id)  # the job's dir and log, with the store's permissions
         log_path = (
             self.store.log_path(job_id)
@@ -239,7 +241,7 @@ class _Job:
             runtime_env["pip"] = list(env.pip_packages)
         if "runtime_env" not in settings and env is not None and env.workspace:
             runtime_env["working_dir"] = env.workspace
-        info = JobInfo.from_json(self.store.read(job_id))
+        info = JobInfo.from_json(record)  # read once: nobody but this process writes it once it took the job
         info.pending_reason = None  # the client's "waiting for its supervisor": this one has it now
         host_config = HostConfig(
             sys_path=tuple(settings["sys_path"]),

@@ -3,14 +3,19 @@
 many did, ``Attempt.hosts_started_at`` records when, and an attempt whose hosts do not all start within
 ``RetryPolicy.host_start_timeout`` is PREEMPTED (its slice is taken as lost). A provider whose
 ``started_runs`` cannot tell (the base class's default, ``None``) counts its hosts started when ``start``
-returns. On a fake clock: no processes, no sleeps."""
+returns. Hosts a provider says its backend queues (``queued``: a lease that reserves nothing) keep the job
+PENDING with the reason, outside the start timeout, and fail it only when they can never be placed. On a
+fake clock: no processes, no sleeps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 import attrs
+import hypothesis
+import hypothesis.strategies as st
 
+from fray_core.errors import Unschedulable
 from fray_core.runner import (
     GangRunner,
     HostOutcome,
@@ -166,3 +171,102 @@ def test_the_attempt_record_keeps_when_its_hosts_were_up() -> None:
     a = Attempt(index=0, started_at=1.0, hosts_started_at=2.5)
     assert Attempt.from_json(a.to_json()) == a
     assert Attempt.from_json({"index": 0}).hosts_started_at is None  # records written before the field
+
+
+# ------------------------------------------------------------------------------ hosts the backend queues
+
+
+@attrs.define(eq=False)
+class Queueing(Reporting):
+    """A provider whose leases reserve nothing: its hosts wait in the backend's queue until ``placed_at``
+    (then start at once), as a plain Ray task does (``SliceProvider.queued``); ``room_gone_at``: from then
+    the backend can never place them."""
+
+    placed_at: float = 0.0
+    room_gone_at: float | None = None
+    asked: list[float] = attrs.field(factory=list)
+
+    def queued(self, runs: list[HostRun]) -> str | None:
+        self.asked.append(self.clock.now)
+        if self.room_gone_at is not None and self.clock.now >= self.room_gone_at:
+            raise Unschedulable("no node has room for it any more", permanent=True)
+        if self.clock.now < self.placed_at:
+            return "waiting in the backend's queue for 2 x {CPU: 1}"
+        return None
+
+
+def _queued_step(p: ScriptedProvider, t: float) -> None:
+    q = p
+    assert isinstance(q, Queueing)
+    if t >= q.placed_at:
+        p.started.update({(p.attempt, 0, 0), (p.attempt, 0, 1)})
+    if t >= q.placed_at + 5.0:
+        p.ended.update({(p.attempt, 0, 0): HostOutcomeKind.SUCCEEDED, (p.attempt, 0, 1): HostOutcomeKind.SUCCEEDED})
+
+
+def test_hosts_the_backend_queues_keep_the_job_pending_with_the_reason_past_the_start_timeout() -> None:
+    """A queue holds nothing: the job is PENDING saying why for as long as the backend queues its hosts (here
+    4x ``host_start_timeout``), spends no budget, and its attempt holds resources (goodput) only from when
+    the hosts left the queue."""
+    provider = Queueing(Clock(), _queued_step, placed_at=4 * POLICY.host_start_timeout)
+    reasons: list[tuple[str, str | None]] = []
+    request = JobRequest(
+        name="job",
+        entrypoint=Entrypoint(binary="train"),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        startup_timeout=20,
+    )
+    runner = GangRunner(
+        "job-1", request, provider, policy=POLICY, clock=provider.clock, wall=provider.clock, sleep=lambda s: None,
+        on_change=lambda info: reasons.append((info.status.value, info.pending_reason)),
+    )  # fmt: skip
+    runner.run()
+    info = runner.info
+    assert info.status is JobStatus.SUCCEEDED and info.preemptions == 0 and info.failures == 0, info
+    assert [a.outcome.value for a in info.attempts] == ["SUCCEEDED"]
+    assert ("PENDING", "waiting in the backend's queue for 2 x {CPU: 1}") in reasons
+    running = reasons.index(("RUNNING", None))
+    assert all(status == "PENDING" for status, _ in reasons[:running])
+    assert info.pending_reason is None
+    a = info.attempts[0]
+    assert a.acquired_at is not None and a.acquired_at >= provider.placed_at  # held from leaving the queue
+    assert info.goodput is not None and info.goodput.pending_s >= provider.placed_at
+    # the startup timeout (20 s, no heartbeat provider: nothing to read) did not count the queue either
+    assert provider.asked and max(provider.asked) <= provider.placed_at + POLICY.poll_interval
+
+
+def test_hosts_the_backend_can_never_place_fail_the_job_as_unschedulable_not_forever() -> None:
+    provider = Queueing(Clock(), _queued_step, placed_at=float("inf"), room_gone_at=50.0)
+    info, _ = run(provider, preemptions=3)
+    assert info.status is JobStatus.FAILED and info.preemptions == 0 and info.failures == 0, info
+    assert [a.outcome.value for a in info.attempts] == ["UNSCHEDULABLE"]
+    assert "no node has room for it any more" in (info.error or "")
+    assert {(0, 0, 0), (0, 0, 1)} <= provider.cancelled and provider.released == ["slice-0"]
+    assert info.pending_reason is None
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    placed=st.floats(min_value=0.0, max_value=2000.0),
+    start_timeout=st.floats(min_value=1.0, max_value=100.0),
+)
+def test_a_queued_host_is_never_taken_as_lost_however_long_it_waits(placed: float, start_timeout: float) -> None:
+    """Whatever the queue's length and the start timeout: no preemption, no failure, one attempt, and the
+    job RUNNING only after the hosts left the queue."""
+    provider = Queueing(Clock(), _queued_step, placed_at=placed)
+    seen: list[tuple[str, float]] = []
+    runner = GangRunner(
+        "job-1",
+        JobRequest(name="job", entrypoint=Entrypoint(binary="train"), resources=ResourceConfig.with_tpu("v4-16")),
+        provider,
+        policy=attrs.evolve(POLICY, host_start_timeout=start_timeout),
+        clock=provider.clock,
+        wall=provider.clock,
+        sleep=lambda s: None,
+        on_change=lambda info: seen.append((info.status.value, provider.clock.now)),
+    )
+    runner.run()
+    info = runner.info
+    assert info.status is JobStatus.SUCCEEDED and len(info.attempts) == 1, info
+    assert info.preemptions == 0 and info.failures == 0
+    assert all(t >= placed for status, t in seen if status == "RUNNING")

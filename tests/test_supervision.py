@@ -549,3 +549,52 @@ def test_a_planted_record_cannot_write_to_the_terminal(
         for raw in ("\x1b", "\x07", "\u202e"):
             assert raw not in out and raw not in err, (argv, out, err)
         assert "\\x1b" in out + err, (argv, out, err)  # shown, escaped
+
+
+def test_a_remote_store_writes_states_behind_the_job_newest_only_and_never_after_the_final_one(
+    tmp_path: Path,
+) -> None:
+    """To a remote store (Ray's KV, ``gs://``; ``memory://`` here) a state that is not final is written behind
+    the job: a store that hangs does not hold the runner up, states that came while a write was in flight
+    are replaced by the newest, and the final record waits for the write in flight and is the last one."""
+    from fray_core.clock import FakeClock
+    from fray_core.joblog import LogSink
+    from fray_core.runner import RetryPolicy
+    from fray_core.supervisor import Supervisor
+    from fray_core.testing import InMemorySliceProvider
+
+    gate = threading.Event()
+    blocked = threading.Event()
+
+    class SlowStore(JobStore):
+        written: list[tuple[str, str | None]] = []
+
+        def write_record(self, job_id: str, record: dict[str, Any]) -> None:
+            if record["progress"] is not None and record["status"] == "PENDING":  # the runner's first change
+                blocked.set()
+                assert gate.wait(60)
+            self.written.append((record["status"], record["progress"]))
+            super().write_record(job_id, record)
+
+    store = SlowStore(f"memory://fray-write-behind-{os.getpid()}/jobs")
+    assert not store.is_local
+    job_id = store.new_job("wb")
+    request = _req("wb")
+    provider = InMemorySliceProvider({}, FakeClock(), host_delay=1.0)
+    sup = Supervisor(
+        store, request, provider, LogSink(str(tmp_path / "job.log")),
+        info=JobInfo(job_id=job_id, name="wb", status=JobStatus.PENDING), policy=RetryPolicy(poll_interval=0.05),
+        owner={"owner": {"test": 1}}, label="test",
+    )  # fmt: skip
+    sup.start()
+    assert blocked.wait(60)
+    # the job ran to its end while its first change's write hung
+    wait_for(lambda: sup.runner.info.status is JobStatus.SUCCEEDED, what="the job to end with its store hung")
+    assert not sup.done.is_set() and store.written == [("PENDING", None)]
+    gate.set()
+    assert sup.done.wait(60)
+    statuses = [s for s, _ in store.written]
+    assert statuses[0] == statuses[1] == "PENDING" and statuses[-1] == "SUCCEEDED", store.written
+    assert "RUNNING" not in statuses, store.written  # came while the first change was in flight: replaced
+    assert len(store.written) == 3, store.written
+    assert store.read_info(job_id)[0].status is JobStatus.SUCCEEDED
