@@ -80,6 +80,7 @@ HAND_OVER_TIMEOUT = 30.0
 # whose set-up on a busy head takes minutes. At 30 s, a supervisor still coming up on a loaded head could be
 # killed, and a poll meanwhile called its jobs' supervisor gone (bench/NOTES.md, 2026-11-27).
 SUPERVISOR_START_TIMEOUT = 660.0
+COLD_START_REASON = "waiting for its supervisor actor"  # the pending reason a cold start writes (see _never_created)
 PING_TIMEOUT = 10.0  # seconds a poll waits for a live supervisor to say which jobs it runs
 SETTLE_INTERVAL = 1.0  # seconds between the hand-over thread's looks at the deadlines above
 # seconds close() waits for its supervisors to hear they take no more jobs: a supervisor still starting would
@@ -267,6 +268,8 @@ class RayCluster(RecordCluster):
         # last does not wait for a process to start (name, handle, runtime_env)
         self._spare: tuple[str, Any, dict[str, Any]] | None = None
         self._last_env: dict[str, Any] = {}  # the last launched job's
+        self._create_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it waiting
+        # for the supervisor its launch created (see _never_created)
         self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
         self._unmark_queue: list[str] = []  # launching markers to remove (see _unmark_later)
         self._unmarker: threading.Thread | None = None
@@ -447,7 +450,7 @@ class RayCluster(RecordCluster):
         name = supervisor_name()
         # until it runs the job, the record says what the job waits for: a supervisor Ray has not created
         # (its runtime_env being set up, or no room on the head) leaves it PENDING for minutes
-        info.pending_reason = f"waiting for its supervisor actor {name!r} to start"
+        info.pending_reason = f"{COLD_START_REASON} {name!r} to start"
         self.store.write(info, owner=self._owner(name))
         max_jobs = JOBS_PER_SUPERVISOR if standby else 1
         actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=max_jobs)
@@ -786,7 +789,7 @@ class RayCluster(RecordCluster):
                 return start_error
         found = self._supervisor_named(job_id, record)
         if found is not None:
-            return self._never_taken(job_id, *found) if launching else None
+            return self._never_taken(job_id, *found, record) if launching else None
         if launching and self._still_launching(job_id):
             return None
         return (
@@ -795,15 +798,16 @@ class RayCluster(RecordCluster):
             "before the job ended: its node died or the Ray cluster restarted"
         )
 
-    def _never_taken(self, job_id: str, name: str, actor: Any) -> str | None:
+    def _never_taken(self, job_id: str, name: str, actor: Any, record: dict[str, Any]) -> str | None:
         """Why a job whose supervisor lives never reached it: its launching marker outlived the grace (its
-        launcher exited before the supervisor took it, or was killed) and the supervisor does not run it.
+        launcher exited before the supervisor took it, or was killed) and the supervisor does not run it;
+        or the supervisor its launch created (the job riding on its creation) was never created.
         ``None`` while that cannot be told (a marker within its grace, a supervisor not answering)."""
-        if not self._kv_works():
-            return None
         launching = self._launching_for(job_id)
-        if launching is None or launching < SUPERVISOR_START_GRACE:
-            return None  # taken (the supervisor removed the marker), or within the grace
+        if launching is None:
+            return self._never_created(job_id, name, actor, record)
+        if launching < SUPERVISOR_START_GRACE or not self._kv_works():
+            return None  # within the grace; or no KV store (client mode): a supervisor cannot say it took it
         try:
             running = ray.get(actor.ping.remote(), timeout=PING_TIMEOUT)
         except Exception:
@@ -820,6 +824,34 @@ class RayCluster(RecordCluster):
         return (
             f"the job never reached its supervisor actor {name!r} (namespace {self.namespace!r}): the process "
             "that launched it exited before the supervisor took it"
+        )
+
+    def _never_created(self, job_id: str, name: str, actor: Any, record: dict[str, Any]) -> str | None:
+        """Why a job whose launch created its supervisor (``_cold_start``: the job rides on the actor's
+        creation, so no launching marker is kept) is not run: Ray has not created that actor
+        ``SUPERVISOR_START_TIMEOUT`` seconds after a poll here first saw the job waiting for it (no room for it
+        on the non-preemptible node, say). Then the actor is killed, so that it cannot run the job after
+        this poll called it FAILED. Without this the job would stay PENDING forever."""
+        if not str(record.get("pending_reason") or "").startswith(COLD_START_REASON):
+            self._create_seen.pop(job_id, None)
+            return None  # its supervisor took it (and cleared the reason), or it was handed over
+        if len(self._create_seen) >= 1024:
+            self._create_seen.clear()
+        waited = time.monotonic() - self._create_seen.setdefault(job_id, time.monotonic())
+        if waited < SUPERVISOR_START_TIMEOUT:
+            return None
+        state = _actor_state(actor)
+        if state in ("ALIVE", "RESTARTING", None):
+            return None  # up (it has the job: its first record write is on its way), or cannot be told
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass  # gone meanwhile
+        return (
+            f"the job's supervisor actor {name!r} (namespace {self.namespace!r}) was not created "
+            f"{SUPERVISOR_START_TIMEOUT:.0f} s after the job was seen waiting for it (Ray says {state}): no "
+            f"room for it where it must run ({self.non_preemptible_resource!r}), or its runtime_env could not be "
+            "set up; nothing runs the job"
         )
 
     def _still_launching(self, job_id: str) -> bool:

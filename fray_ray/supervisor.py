@@ -274,7 +274,7 @@ class _Job:
         if self.stop_requested.is_set():  # a stop that came before the runner existed
             self.runner.stop()
         if not self.store.is_local:
-            threading.Thread(target=self.supervisor.upload_loop, daemon=True).start()
+            self.process.upload_logs()
         return True
 
     def finished(self) -> None:
@@ -324,6 +324,7 @@ class JobSupervisor:
         self._stores: dict[str, JobStore] = {}
         self._warm_scheduler: tuple[tuple[Any, ...], SchedulerClient] | None = None
         self._warming: threading.Thread | None = None
+        self._uploader: threading.Thread | None = None  # see upload_logs
         if job is not None:  # a cold start: the first job rides on the actor's creation, which Ray delivers
             self.start(*job)  # even when the launching process exits at once
         elif warm is not None:
@@ -369,6 +370,31 @@ class JobSupervisor:
     @staticmethod
     def _terminate() -> None:
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+    def upload_logs(self) -> None:
+        """Make sure the process's log uploader runs: one thread for every job here whose store is remote,
+        not one each (a thread start under a busy GIL took milliseconds; 200 small jobs started 800)."""
+        with self._lock:
+            if self._uploader is not None:
+                return
+            self._uploader = threading.Thread(target=self._upload_loop, daemon=True, name="fray-log-upload")
+        self._uploader.start()
+
+    def _upload_loop(self) -> None:
+        """Every ``LOG_UPLOAD_INTERVAL`` seconds, each running job's new log bytes to its store, until exit."""
+        from fray_core.supervisor import LOG_UPLOAD_INTERVAL
+
+        while True:
+            due = time.monotonic() + LOG_UPLOAD_INTERVAL
+            with self._lock:  # notified at every job's start and end: wait out the interval
+                while not self._closing and (left := due - time.monotonic()) > 0:
+                    self._lock.wait(left)
+                if self._closing:
+                    return
+                jobs = [j.supervisor for j in self.jobs.values() if j.supervisor is not None]
+            for sup in jobs:
+                if not sup.store.is_local and not sup.done.is_set():
+                    sup.upload_log()
 
     def _wake(self) -> None:
         with self._lock:

@@ -432,6 +432,47 @@ def test_a_job_that_never_reached_its_supervisor_is_failed_with_the_reason(
         ray.kill(actor, no_restart=True)
 
 
+def test_a_job_whose_supervisor_ray_never_creates_fails_with_the_reason_instead_of_waiting_forever(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launch that starts its job's supervisor gives the job with the actor's creation (no launching marker:
+    Ray delivers it even if the launcher exits). When Ray never creates that actor (here: no node has the
+    resource it must run on) the job says what it waits for, and once ``SUPERVISOR_START_TIMEOUT`` passed (660 s;
+    3 s here) a poll fails it with the reason and kills the actor (it must not run the job after the poll said
+    FAILED). Before, the job stayed PENDING forever."""
+    from fray_ray import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "SUPERVISOR_START_TIMEOUT", 3.0)
+    client = RayCluster(
+        address=ray_tpu_cluster.address,
+        jobs_dir=str(tmp_path),
+        non_preemptible_resource="fray-test-nowhere",
+        warm_supervisor=False,
+    )
+    client._store_ok = True  # the store check's task would wait for the same resource (20 s), then go on
+    job = client.launch(JobRequest(name="never-created", entrypoint=Entrypoint(callable=os.getpid)))
+    name = client.store.read(job)["owner"]["ray_actor"]
+    try:
+        info = client.poll(job)  # a poll first sees it waiting: the timeout counts from here
+        assert info.status is JobStatus.PENDING, info
+        assert info.pending_reason == f"waiting for its supervisor actor {name!r} to start", info.pending_reason
+        info = wait_for(lambda: (i := client.poll(job)).status.is_terminal() and i, timeout=60, what="a verdict")
+        assert info.status is JobStatus.FAILED and info.pending_reason is None, info
+        assert f"supervisor actor {name!r}" in info.error and "was not created" in info.error, info.error
+        assert "fray-test-nowhere" in info.error, info.error
+        wait_for(
+            lambda: name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
+            what="the never-created supervisor to be killed",
+        )
+        assert client.poll(job).status is JobStatus.FAILED  # and it stays so
+    finally:
+        try:
+            ray.kill(ray.get_actor(name, namespace="fray"), no_restart=True)
+        except ValueError:
+            pass  # killed by the poll, as it should
+        client.close()
+
+
 def test_a_job_its_supervisor_refuses_is_taken_back_by_a_fresh_one(
     ray_tpu_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
