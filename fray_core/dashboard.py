@@ -380,7 +380,9 @@ function timeline(j) {
     svg.append(r); seen.add(fill);
   };
   for (const a of atts) {
-    const kind = a.outcome || (a.slices.length ? "running" : "waiting");
+    // hosts in the backend's own queue hold nothing yet (no acquired_at) while the job says why it waits
+    const queued = !a.outcome && !a.acquired_at && !!j.pending_reason;
+    const kind = a.outcome || (a.slices.length && !queued ? "running" : "waiting");
     const fill = a.slices.length ? kind : "waiting"; seen.add(fill);
     const end = a.ended_at || (ended ? j.finished_at : now);
     // recorded since the attempt began to wait (started_at): the wait for its slices (to acquired_at), holding

@@ -318,9 +318,10 @@ class SliceProvider(abc.ABC):
         wait in the backend's own queue for resources, or ``None`` when none does; cheap and non-blocking
         (asked every poll until all hosts started). A provider whose lease reserves nothing (its
         :meth:`acquire` checked only that the cluster has room for the hosts at all, and :meth:`start` hands
-        them to the backend's queue, as a plain Ray task is) says so here: the job stays PENDING with this
-        as its ``pending_reason``, ``RetryPolicy.host_start_timeout`` counts only from when the hosts left the
-        queue, and the attempt's ``acquired_at`` is then. Raises :class:`~fray_core.errors.Unschedulable`
+        them to the backend's queue, as a plain Ray task is) says so here: this is the job's ``pending_reason``
+        (PENDING, or RUNNING on a retry, as for any attempt waiting for capacity), ``host_start_timeout`` and
+        ``startup_timeout`` count only from when the hosts left the queue, and the attempt's ``acquired_at`` is
+        then. Raises :class:`~fray_core.errors.Unschedulable`
         (``permanent=True``) when the queued hosts can never be placed (the nodes that had room are gone and
         no autoscaler may add any): the job fails, never waits forever. Default: ``None`` (every lease
         reserved its hosts' resources; :meth:`start` started them).

@@ -116,6 +116,7 @@ class Supervisor:
         self._next_record: dict[str, Any] | None = None
         self._writing = False
         self._final_begun = False
+        self._late_final: dict[str, Any] | None = None  # see _final_again
 
     @property
     def job_id(self) -> JobId:
@@ -151,7 +152,15 @@ class Supervisor:
         self.write_error = None
         if info.status.is_terminal():
             self._final_written = True
+            self._final_again(info)
             self.ended.set()
+
+    def _final_again(self, info: JobInfo) -> None:
+        """The final record is written; a write behind still in flight (past ``WRITE_BEHIND_WAIT``: a store
+        that hangs) would land after it: its writer then writes the final record once more when it is done."""
+        with self._writes:
+            if self._writing:
+                self._late_final = self.store.record_of(info, **self.owner)
 
     def _write_behind(self, record: dict[str, Any]) -> None:
         """Queue ``record`` (replacing one still waiting) for the job's writer thread; start it if none runs."""
@@ -171,6 +180,8 @@ class Supervisor:
         while True:
             with self._writes:
                 record, self._next_record = self._next_record, None
+                if record is None:  # nothing newer (never after the final): the final again, if it came first
+                    record, self._late_final = self._late_final, None
                 if record is None:
                     self._writing = False
                     self._writes.notify_all()
@@ -256,6 +267,8 @@ class Supervisor:
             self.store.drop_reserve(self.job_id)
         else:
             problem = self.store.write_final(info, **self.owner)
+            if problem is None:
+                self._final_again(info)
         if problem is not None:
             self.write_error = problem
             try:
@@ -282,11 +295,6 @@ class Supervisor:
                 )
         except OSError:
             pass  # the store is unreachable now: the next upload (or the final one) sends these bytes too
-
-    def upload_loop(self, interval: float = LOG_UPLOAD_INTERVAL) -> None:
-        """Upload the log every ``interval`` seconds until the job is done (run in a thread)."""
-        while not self.done.wait(interval):
-            self.upload_log()
 
 
 class RecordCluster(Cluster):

@@ -835,24 +835,27 @@ class RayCluster(RecordCluster):
         if not str(record.get("pending_reason") or "").startswith(COLD_START_REASON):
             self._create_seen.pop(job_id, None)
             return None  # its supervisor took it (and cleared the reason), or it was handed over
-        if len(self._create_seen) >= 1024:
-            self._create_seen.clear()
+        if len(self._create_seen) >= 1024 and job_id not in self._create_seen:
+            del self._create_seen[next(iter(self._create_seen))]  # the oldest look goes, not every timer
         waited = time.monotonic() - self._create_seen.setdefault(job_id, time.monotonic())
         if waited < SUPERVISOR_START_TIMEOUT:
             return None
         state = _actor_state(actor)
         if state in ("ALIVE", "RESTARTING", None):
             return None  # up (it has the job: its first record write is on its way), or cannot be told
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:
-            pass  # gone meanwhile
-        return (
+        reason = (
             f"the job's supervisor actor {name!r} (namespace {self.namespace!r}) was not created "
             f"{SUPERVISOR_START_TIMEOUT:.0f} s after the job was seen waiting for it (Ray says {state}): no "
             f"room for it where it must run ({self.non_preemptible_resource!r}), or its runtime_env could not be "
             "set up; nothing runs the job"
         )
+        # said where every later poll looks first (the actor is gone after this: else they would say only that)
+        self._kv("put", start_error_key(job_id), reason.encode())
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass  # gone meanwhile
+        return reason
 
     def _still_launching(self, job_id: str) -> bool:
         """The job's ``launch`` has not created its supervisor yet (its KV marker is there), for at most
@@ -867,8 +870,8 @@ class RayCluster(RecordCluster):
         if self._kv_works() and not self._kv("get", launching_key(job_id)):
             self._launch_seen.pop(job_id, None)
             return None
-        if len(self._launch_seen) >= 1024:
-            self._launch_seen.clear()
+        if len(self._launch_seen) >= 1024 and job_id not in self._launch_seen:
+            del self._launch_seen[next(iter(self._launch_seen))]  # the oldest look goes, not every timer
         return time.monotonic() - self._launch_seen.setdefault(job_id, time.monotonic())
 
     @staticmethod

@@ -46,6 +46,7 @@ import cloudpickle
 import ray
 import ray.exceptions as rex
 from ray._private.state import total_resources_per_node
+from ray._raylet import NodeID
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
@@ -179,6 +180,9 @@ class _Drains:
     at: float = float("-inf")
     asking: bool = False
     lock: threading.Lock = attrs.Factory(threading.Lock)
+    # its own client: a question not answered in time stays in flight there and the next asker of the process
+    # waits for that one, instead of each job's client sending one more to a scheduler that is behind
+    client: SchedulerClient | None = None
 
     _all: ClassVar[dict[str, _Drains]] = {}
     _all_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -270,6 +274,7 @@ class RaySliceProvider(SliceProvider):
         self._transit: dict[str, float] = {}  # slice -> when it was first seen busy with no job holding it
         self._topology: str | None = None  # the topology the job's TPU slices must have (its request's)
         self._fresh_view = False  # the job released slices: the scheduler's next answer must see that
+        self._room_of: tuple[tuple[Any, ...], int] | None = None  # (node table read, bundle) -> room (see _room)
         self._in_line = False  # this job asked the scheduler for slices (it has a place in its line to leave)
         self._queued_hosts: dict[str, _Reservation] = {}  # tag -> the reserving-nothing lease of a host not in yet
 
@@ -595,8 +600,7 @@ class RaySliceProvider(SliceProvider):
         around one task, made 100 small jobs take 21x as long as the same tasks without (bench/NOTES.md), and
         a group of one bundle guarantees nothing a task's own resource request does not. Fails at once when
         no node of the cluster ever had room for it (as a gang does)."""
-        room = self._room(bundle)
-        if room < 1 and not self.autoscaling:
+        if self._room(bundle) < 1:  # permanent, or missing (schedule_timeout) while an autoscaler may add nodes
             raise self._gang_waiting(1, bundle)
         kind = "gpu" if isinstance(resources.device, GpuConfig) else "cpu"
         return SliceLease(name="ray", device_type=kind, hosts=1, handle=(_Reservation([], bundle=bundle), None))
@@ -604,8 +608,11 @@ class RaySliceProvider(SliceProvider):
     def _room(self, bundle: dict[str, float]) -> int:
         """How many ``bundle``-shaped requests the live nodes' totals hold at once (not what is free now): an
         O(N) read shared by every job of the process, at most every ``GANG_ROOM_MAX_AGE`` seconds."""
-        nodes = ClusterView.shared().nodes(max_age=GANG_ROOM_MAX_AGE)
-        return sum(_bundles_fitting(node.get("Resources") or {}, bundle) for node in nodes.values())
+        nodes, read = ClusterView.shared().numbered("nodes", max_age=GANG_ROOM_MAX_AGE)
+        key = (read, tuple(sorted(bundle.items())))
+        if self._room_of is None or self._room_of[0] != key:  # the sum is O(N) too: once per read and shape
+            self._room_of = (key, sum(_bundles_fitting(node.get("Resources") or {}, bundle) for node in nodes.values()))
+        return self._room_of[1]
 
     def _gang_waiting(self, n: int, bundle: dict[str, float]) -> Unschedulable:
         """Why a CPU/GPU gang is not placed yet. Held (the job waits as long as it takes, PENDING, no
@@ -864,9 +871,13 @@ class RaySliceProvider(SliceProvider):
             if time.monotonic() - shared.at < HEALTH_INTERVAL or shared.asking:
                 return shared.nodes  # fresh, or another job of this process is asking right now
             shared.asking = True
+            if shared.client is None:
+                s = self.scheduler
+                shared.client = SchedulerClient(s.namespace, s.resource, s.quarantine)
+            client = shared.client
         answer = None
         try:
-            answer = self.scheduler.ask("draining", timeout=DRAIN_ASK_WAIT)
+            answer = client.ask("draining", timeout=DRAIN_ASK_WAIT)
         finally:
             with shared.lock:
                 shared.asking = False
@@ -1081,10 +1092,19 @@ class RaySliceProvider(SliceProvider):
         One lookup by id per lease, of the group holding every host (the first: a slice's head group sits
         on worker 0, a node of the host group too): the GCS moves a group to RESCHEDULING as soon as it
         marks a node of it dead, so this sees a lost node as early as the node table would, at a cost that
-        does not grow with the cluster (the node table's does: issue 29)."""
+        does not grow with the cluster (the node table's does: issue 29).
+
+        A lease that reserves nothing (one replica queued by Ray) has no group: once its host reported in, its
+        node is asked after by id (Ray's ``CheckAlive``, all such leases in one call). Without that, a node lost
+        under a one-replica job whose host's worker Ray reports crashed (not NodeDied) was the job's failure."""
+        placed: dict[str, list[_Reservation]] = {}
         for lease in leases:
             res: _Reservation | None = lease.handle[0] if lease.handle is not None else None
-            if res is None or res.lost is not None or res.removed or not res.groups:
+            if res is None or res.lost is not None or res.removed:
+                continue
+            if not res.groups:
+                for node in res.nodes:
+                    placed.setdefault(node, []).append(res)
                 continue
             pg = res.groups[0]
             table = placement_group_table(pg)
@@ -1101,6 +1121,17 @@ class RaySliceProvider(SliceProvider):
                     f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} was placed again on node(s) "
                     f"{', '.join(m[:12] for m in moved)} (a node of it died)"
                 )
+        if placed:
+            nodes = list(placed)
+            try:
+                gcs = ray._private.worker.global_worker.gcs_client
+                alive = gcs.check_alive([NodeID.from_hex(n) for n in nodes], timeout=DRAIN_ASK_WAIT * 20)
+            except Exception:
+                return  # the GCS is busy: next time
+            for node, up in zip(nodes, alive):
+                for res in placed[node] if not up else ():
+                    if res.lost is None and not res.removed:
+                        res.lost = f"ray: the node of the job's one replica ({node[:12]}) is dead (Ray's GCS)"
 
     def _outcome(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle

@@ -394,7 +394,10 @@ class JobSupervisor:
                 jobs = [j.supervisor for j in self.jobs.values() if j.supervisor is not None]
             for sup in jobs:
                 if not sup.store.is_local and not sup.done.is_set():
-                    sup.upload_log()
+                    try:
+                        sup.upload_log()
+                    except Exception:  # noqa: BLE001 - one job's store must not stop every job's uploads
+                        pass
 
     def _wake(self) -> None:
         with self._lock:

@@ -164,6 +164,22 @@ def test_timeline_shows_the_wait_for_slices_inside_an_attempt() -> None:
     assert ". waiting for slices" in legend and "= succeeded" in legend
 
 
+def test_timeline_draws_hosts_in_the_backends_queue_as_waiting() -> None:
+    """A one-replica Ray job's attempt holds nothing while its task waits in Ray's queue (no ``acquired_at``,
+    the job's ``pending_reason`` says so): drawn as waiting, not as running; once placed, as running."""
+    from fray_core.cli.output import timeline
+
+    attempt = Attempt(0, ["ray"], 100.0)
+    info = JobInfo(job_id="j", name="j", status=JobStatus.PENDING, submitted_at=100.0)
+    info.attempts = [attempt]
+    info.pending_reason = "waiting in Ray's queue for 1 x {CPU: 1}: the cluster has room for 4 in all, held by ..."
+    row, *_ = timeline(info, width=11, now=110.0)
+    assert row == "ray |0..........|", row
+    attempt.acquired_at, info.pending_reason, info.status = 105.0, None, JobStatus.RUNNING
+    row, *_ = timeline(info, width=11, now=110.0)
+    assert row == "ray |0....>>>>>>|", row
+
+
 def test_failure_message_carries_the_last_output() -> None:
     cause = "failed on replica 0: CommandFailed: exit code 3 on local host 0; last output:\nstep 1\nout of memory\n"
     info = JobInfo(

@@ -300,6 +300,35 @@ def test_browser_timeline_draws_waiting_holding_and_running(dash: Dashboard, bro
     assert "waiting for slices" in legend and "holding slices, hosts starting" in legend and "failed" in legend
 
 
+def test_browser_timeline_draws_hosts_in_the_backends_queue_as_waiting(dash: Dashboard, browser: Any) -> None:
+    """A one-replica Ray job's attempt holds nothing while its task waits in Ray's queue (no ``acquired_at``,
+    the job's ``pending_reason`` says so): drawn in the waiting colour, never as running."""
+    now = time.time()
+    dash.store.write(
+        JobInfo(
+            job_id="queued-1",
+            name="queued",
+            status=JobStatus.PENDING,
+            submitted_at=now - 10,
+            attempts=[Attempt(0, ["ray"], now - 9)],
+            pending_reason="waiting in Ray's queue for 1 x {CPU: 1}: the cluster has room for 4 in all, held by ...",
+        ),
+        owner=owner_info(),
+    )
+    try:
+        browser.get(dash.url + "job/queued-1")
+        fills = (
+            "return [...document.querySelectorAll('svg#timeline rect')].filter(r => r.dataset.attempt === '0')"
+            ".map(r => r.getAttribute('fill'))"
+        )
+        got = _wait(browser, lambda d: d.execute_script(fills), "the attempt's bar")
+        assert got and set(got) == {"#c9ced8"}, got  # COLORS.waiting; running is #4f8cf0
+        legend = browser.find_element("css selector", ".legend").text
+        assert "waiting for slices" in legend and "running" not in legend, legend
+    finally:
+        dash.store.discard("queued-1")  # the other tests count the store's jobs
+
+
 def test_browser_live_refresh_shows_a_state_change(dash: Dashboard, browser: Any) -> None:
     browser.get(dash.url)
     _wait(

@@ -198,6 +198,65 @@ def _hold_until_released(marker: str) -> int:
     return os.getpid()
 
 
+def _hold_and_say_where(marker: str) -> int:
+    """Host body: write the Ray node this runs on, then hold until released."""
+    import ray as ray_
+
+    Path(marker, "node").write_text(ray_.get_runtime_context().get_node_id())
+    return _hold_until_released(marker)
+
+
+def test_a_one_replica_job_whose_node_dies_is_preempted_and_runs_again_elsewhere(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    """A one-replica CPU job has no placement group; when its node dies, its lease is LOST (the node is asked
+    after by id) and the attempt PREEMPTED, whatever error Ray gives for the host's worker: the preemption
+    budget pays, never the failure budget (``max_retries_failure=0`` here), and the retry runs elsewhere."""
+    ray_tpu_cluster.wait_settled()
+    client = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
+    head = next(n for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
+    held, victim = tmp_path / "held", tmp_path / "victim"
+    held.mkdir()
+    victim.mkdir()
+    # the head's CPUs held, so that the job goes to an emulated TPU host (1 CPU each), which can be killed
+    holder = client.launch(
+        JobRequest(
+            name="holder",
+            entrypoint=Entrypoint(callable=_hold_until_released, function_args={"marker": str(held)}),
+            resources=ResourceConfig.with_cpu(cpu=int(head["Resources"]["CPU"]), ram="64m"),
+        )
+    )
+    wait_for(lambda: (held / "pid").exists(), what="the holder to run")
+    job = client.launch(
+        JobRequest(
+            name="victim",
+            entrypoint=Entrypoint(callable=_hold_and_say_where, function_args={"marker": str(victim)}),
+            resources=ResourceConfig.with_cpu(cpu=1, ram="64m"),
+            max_retries_failure=0,
+            max_retries_preemption=2,
+        )
+    )
+    wait_for(lambda: (victim / "node").exists(), what="the job to run")
+    node = (victim / "node").read_text()
+    where = [
+        (name, h) for name, nodes in ray_tpu_cluster._nodes.items() for h, n in enumerate(nodes) if n.node_id == node
+    ]
+    assert where, f"the job ran on {node}, not on an emulated TPU host"
+    (victim / "node").unlink()
+    ray_tpu_cluster.kill_host(*where[0])
+    wait_for(lambda: (victim / "node").exists(), timeout=120, what="the job's retry to run")
+    assert (victim / "node").read_text() != node
+    (victim / "release").touch()
+    info = client.wait(job, timeout=120)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    assert [a.outcome.value for a in info.attempts] == ["PREEMPTED", "SUCCEEDED"], info.attempts
+    assert info.failures == 0 and info.preemptions == 1, info
+    (held / "release").touch()
+    assert client.wait(holder, timeout=120).status is JobStatus.SUCCEEDED
+    client.close()
+    ray_tpu_cluster.wait_settled()
+
+
 def test_a_cpu_job_behind_others_waits_past_the_schedule_timeout_and_one_that_never_fits_fails_at_once(
     ray_tpu_cluster: Any, tmp_path: Path
 ) -> None:
@@ -227,7 +286,7 @@ def test_a_cpu_job_behind_others_waits_past_the_schedule_timeout_and_one_that_ne
         )
     wait_for(lambda: all((tmp_path / str(i) / "pid").exists() for i in range(rooms)), what="the holders to run")
     waiting = client.launch(JobRequest(name="behind", entrypoint=Entrypoint(callable=os.getpid), resources=one_node))
-    wait_for(lambda: client.poll(waiting).pending_reason, what="a pending reason")
+    wait_for(lambda: "Ray's queue" in (client.poll(waiting).pending_reason or ""), what="a pending reason")
     time.sleep(3 * policy.schedule_timeout)  # what is asserted is that nothing happens within the timeouts
     info = client.poll(waiting)
     assert info.status is JobStatus.PENDING and info.preemptions == info.failures == 0, info
@@ -464,7 +523,8 @@ def test_a_job_whose_supervisor_ray_never_creates_fails_with_the_reason_instead_
             lambda: name not in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)},
             what="the never-created supervisor to be killed",
         )
-        assert client.poll(job).status is JobStatus.FAILED  # and it stays so
+        info = client.poll(job)  # and it stays so, saying why (not only that the killed actor is gone)
+        assert info.status is JobStatus.FAILED and "was not created" in info.error, info.error
     finally:
         try:
             ray.kill(ray.get_actor(name, namespace="fray"), no_restart=True)

@@ -16,6 +16,7 @@ import hypothesis
 import hypothesis.strategies as st
 
 from fray_core.errors import Unschedulable
+from fray_core.provider import Heartbeat
 from fray_core.runner import (
     GangRunner,
     HostOutcome,
@@ -186,6 +187,9 @@ class Queueing(Reporting):
     room_gone_at: float | None = None
     asked: list[float] = attrs.field(factory=list)
 
+    def heartbeats(self, runs: Sequence[HostRun]) -> dict[HostRun, Heartbeat]:
+        return {}  # no host has beaten yet: a startup timeout that counted the queue would end the attempt
+
     def queued(self, runs: list[HostRun]) -> str | None:
         self.asked.append(self.clock.now)
         if self.room_gone_at is not None and self.clock.now >= self.room_gone_at:
@@ -231,7 +235,9 @@ def test_hosts_the_backend_queues_keep_the_job_pending_with_the_reason_past_the_
     a = info.attempts[0]
     assert a.acquired_at is not None and a.acquired_at >= provider.placed_at  # held from leaving the queue
     assert info.goodput is not None and info.goodput.pending_s >= provider.placed_at
-    # the startup timeout (20 s, no heartbeat provider: nothing to read) did not count the queue either
+    # the startup timeout (20 s; no host ever beats here, it ends 5 s after leaving the queue) did not count the
+    # queue either: it would have stalled the attempt at 20 s
+    assert [a.outcome.value for a in info.attempts] == ["SUCCEEDED"] and info.preemptions == 0
     assert provider.asked and max(provider.asked) <= provider.placed_at + POLICY.poll_interval
 
 

@@ -598,3 +598,45 @@ def test_a_remote_store_writes_states_behind_the_job_newest_only_and_never_after
     assert "RUNNING" not in statuses, store.written  # came while the first change was in flight: replaced
     assert len(store.written) == 3, store.written
     assert store.read_info(job_id)[0].status is JobStatus.SUCCEEDED
+
+
+def test_a_state_written_behind_that_lands_after_the_final_record_is_followed_by_the_final_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that hangs longer than the final record waits (``WRITE_BEHIND_WAIT``): the final record is
+    written without it, the stale state lands after it when the store comes back, and its writer writes the
+    final record once more, so the record ends final (a poll would otherwise read a SUCCEEDED job as PENDING
+    with its supervisor gone)."""
+    from fray_core import supervisor as supervisor_module
+    from fray_core.clock import FakeClock
+    from fray_core.joblog import LogSink
+    from fray_core.runner import RetryPolicy
+    from fray_core.supervisor import Supervisor
+    from fray_core.testing import InMemorySliceProvider
+
+    monkeypatch.setattr(supervisor_module, "WRITE_BEHIND_WAIT", 0.2)
+    gate = threading.Event()
+
+    class HangingStore(JobStore):
+        written: list[str] = []
+
+        def write_record(self, job_id: str, record: dict[str, Any]) -> None:
+            if record["progress"] is not None and record["status"] == "PENDING":
+                assert gate.wait(60)
+            self.written.append(record["status"])
+            super().write_record(job_id, record)
+
+    store = HangingStore(f"memory://fray-late-final-{os.getpid()}/jobs")
+    job_id = store.new_job("late")
+    sup = Supervisor(
+        store, _req("late"), InMemorySliceProvider({}, FakeClock(), host_delay=1.0),
+        LogSink(str(tmp_path / "job.log")), info=JobInfo(job_id=job_id, name="late", status=JobStatus.PENDING),
+        policy=RetryPolicy(poll_interval=0.05), owner={"owner": {"test": 1}}, label="test",
+    )  # fmt: skip
+    sup.start()
+    assert sup.done.wait(60)  # the final record did not wait for the hung write past WRITE_BEHIND_WAIT
+    assert store.written == ["PENDING", "SUCCEEDED"], store.written
+    gate.set()
+    wait_for(lambda: len(store.written) == 4, what="the hung write to land, then the final record again")
+    assert store.written == ["PENDING", "SUCCEEDED", "PENDING", "SUCCEEDED"], store.written
+    assert store.read_info(job_id)[0].status is JobStatus.SUCCEEDED

@@ -270,8 +270,11 @@ def timeline(info: JobInfo, width: int = 60, now: float | None = None) -> list[s
     for a in info.attempts:
         end = a.ended_at if a.ended_at is not None else t1
         names = list(a.slices) or [_NO_SLICE]
+        # an attempt whose hosts wait in the backend's own queue holds nothing yet (no acquired_at) while
+        # the job says why it waits: drawn as waiting, not running
+        queued = a.outcome is None and a.acquired_at is None and bool(info.pending_reason)
         if a.outcome is None:
-            fill = ">" if a.slices else "."
+            fill = ">" if a.slices and not queued else "."
         else:
             fill = _FILL.get(a.outcome.value, "?") if a.slices or a.outcome.value != "CANCELLED" else "."
         used.add(fill)
