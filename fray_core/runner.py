@@ -550,20 +550,20 @@ class GangRunner:
                     if e.permanent:
                         raise
                     return AttemptOutcome.UNSCHEDULABLE, f"Unschedulable: {e}", None
-                if why is not None:
-                    # a queue holds nothing yet: the start and startup timeouts count from leaving it, the
-                    # attempt holds its resources (goodput) from then, and the job says why it waits
+                if why is not None or queued:
+                    # a queue holds nothing yet: the start and startup timeouts count from leaving it (this
+                    # look, or the one that sees the hosts out of it)
                     began = self.clock()
                     start_deadline = began + self.policy.host_start_timeout
+                if why is not None:
+                    # the attempt holds its resources (goodput) only from leaving the queue; the job says why
                     if not queued:
                         queued, attempt.acquired_at = True, None
                     if why != self.info.pending_reason:
                         self.info.pending_reason = why
                         self._changed()
-                elif queued:  # out of the queue: from now the hosts must start within the timeout
+                elif queued:
                     queued, attempt.acquired_at, self.info.pending_reason = False, self.wall(), None
-                    start_deadline = began = self.clock()
-                    start_deadline += self.policy.host_start_timeout
                     self._changed()
             if not_started and self.clock() >= start_deadline:
                 late = sorted(not_started, key=lambda r: (r.slice_index, r.host_index))

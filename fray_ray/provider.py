@@ -152,9 +152,10 @@ class _Reservation:
     node_died: bool = False
     host_nodes: tuple[str, ...] = ()  # bundle h's node id: the host's hardware identity (quarantine)
     tpu_per_host: float = 0.0  # the ``TPU`` resource each host task asks for (0: not a TPU lease)
-    # A lease that reserves nothing (no groups): its one host's task asks Ray for ``bundle`` and Ray queues it
-    # (see RaySliceProvider._queue_lease); ``since``: when it was submitted; ``no_room_since``: since when no
-    # node of the cluster had room for it (None: some had)
+    # A CPU/GPU lease's bundle: what each replica's task asks for (in its group's bundle; or, for a lease that
+    # reserves nothing (no groups), of Ray itself, which queues the task: RaySliceProvider._queue_lease).
+    # ``since``: when such a task was submitted; ``no_room_since``: since when no node of the cluster had room
+    # for it (None: some had)
     bundle: dict[str, float] | None = None
     since: float = 0.0
     no_room_since: float | None = None
@@ -590,7 +591,7 @@ class RaySliceProvider(SliceProvider):
             device_type=kind,
             hosts=n,
             host_addresses=addrs,
-            handle=(_Reservation([pg], nodes=frozenset(bn.values())), pg),
+            handle=(_Reservation([pg], nodes=frozenset(bn.values()), bundle=bundle), pg),
         )
 
     def _queue_lease(self, resources: ResourceConfig, bundle: dict[str, float]) -> SliceLease:
@@ -796,7 +797,8 @@ class RaySliceProvider(SliceProvider):
             opts: dict[str, Any] = {"num_cpus": 0, "resources": {"TPU": _lease_tpu(lease)}}
         else:
             tag, where = f"a{attempt} r{h}", f"replica {h}"
-            opts = self._gang_task_options(pg, h) if pg is not None else self._queued_task_options(lease.handle[0])
+            # in its group's bundle, whose marker resource the group holds; queued, it asks Ray for that too
+            opts = _task_options(lease.handle[0].bundle or {}, markers=pg is None)
         env = dict(spec.env)
         env.setdefault(
             "FRAY_CLUSTER_SPEC", "ray"
@@ -992,18 +994,6 @@ class RaySliceProvider(SliceProvider):
         """The runs whose host process has started (see ``SliceProvider``)."""
         return [r for r in runs if r.handle.tag in self._reported_in]
 
-    def _queued_task_options(self, res: _Reservation) -> dict[str, Any]:
-        """A queued host task's own resource request: the bundle a placement group would have held."""
-        bundle = dict(res.bundle or {})
-        opts: dict[str, Any] = {"num_cpus": bundle.pop("CPU", 0)}
-        if "memory" in bundle:
-            opts["memory"] = bundle.pop("memory")
-        if "GPU" in bundle:
-            opts["num_gpus"] = bundle.pop("GPU")
-        if bundle:  # the non-preemptible marker
-            opts["resources"] = bundle
-        return opts
-
     def queued(self, runs: list[HostRun]) -> str | None:
         """The hosts of a lease that reserves nothing wait in Ray's queue until they report in (see
         ``SliceProvider.queued``): Ray does not tell a task waiting for resources from one whose worker is
@@ -1039,15 +1029,6 @@ class RaySliceProvider(SliceProvider):
             f"waiting in Ray's queue for {_asked(1, bundle)}: the cluster has room for {room} in all, held by "
             "other work (or a worker is starting for it)"
         )
-
-    def _gang_task_options(self, pg: PlacementGroup, h: int) -> dict[str, Any]:
-        spec = placement_group_table(pg).get("bundles", {}).get(h, {})
-        opts: dict[str, Any] = {"num_cpus": spec.get("CPU", 0)}
-        if spec.get("memory"):
-            opts["memory"] = spec["memory"]
-        if spec.get("GPU"):
-            opts["num_gpus"] = spec["GPU"]
-        return opts
 
     # ---------------------------------------------------------------------------------------- wait
 
@@ -1275,6 +1256,25 @@ def health_checks() -> tuple[float, float, int]:
 
 
 GANG_ROOM_MAX_AGE = 30.0  # seconds a waiting gang's reading of the nodes' totals is used (see _gang_waiting)
+
+
+def _task_options(bundle: dict[str, float], markers: bool) -> dict[str, Any]:
+    """A CPU/GPU replica's task options for ``bundle`` (``_gang_bundle``'s); with ``markers``, its other
+    resources too (the non-preemptible marker), which a task in a placement group's bundle leaves to the group.
+
+    >>> _task_options({"CPU": 2.0, "memory": 64.0, "node:__internal_head__": 0.0001}, markers=True)
+    {'num_cpus': 2.0, 'memory': 64.0, 'resources': {'node:__internal_head__': 0.0001}}
+    """
+    rest = dict(bundle)
+    cpu, memory, gpu = rest.pop("CPU", 0), rest.pop("memory", 0), rest.pop("GPU", 0)
+    opts: dict[str, Any] = {"num_cpus": cpu}
+    if memory:
+        opts["memory"] = memory
+    if gpu:
+        opts["num_gpus"] = gpu
+    if markers and rest:
+        opts["resources"] = rest
+    return opts
 
 
 def _asked(n: int, bundle: dict[str, float]) -> str:
