@@ -29,6 +29,7 @@ import ctypes
 import faulthandler
 import glob
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -196,67 +197,87 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-# The reaper: a daemon of its own (forked twice, so it is not the worker's child: Ray kills a dying
-# worker's children, and the reaper must outlive the worker), waiting for the host task to end (a byte or
-# EOF on stdin) or its worker to die (its /proc entry gone, or reused: the worker passes its own start
-# time, so a worker that died before the reaper came up is seen as gone), then SIGKILLing every process
-# whose environment carries the host's token, until none is left.
+# The reaper: one daemon per worker process (forked twice, so it is not the worker's child: Ray kills a dying
+# worker's children, and the reaper must outlive the worker). The worker tells it each host's token as the
+# host starts ("+TOKEN" on its stdin) and as it ends ("-TOKEN"): it then SIGKILLs every process whose
+# environment carries that token, until none is left. When the worker dies (its /proc entry gone, or reused:
+# the worker passes its own start time, so a worker that died before the reaper came up is seen as gone) or
+# its pipe closes, it does the same for every token it still has. One per process, not one per host: a
+# reused worker (a CPU replica's) runs hundreds of hosts, and a reaper's start cost each ~20 ms of the
+# worker's time (a fork of a large process) and ~10 ms of CPU (issue 29, bench/NOTES.md).
 _REAPER = """
 import os, select, signal, sys, time
-token, parent, born = sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3].encode()
+parent, born = int(sys.argv[1]), sys.argv[2].encode()
 def started(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+def sweep(tokens):
+    marks = set(b"FRAY_HOST_TOKEN=" + t for t in tokens)
+    me = os.getpid()
+    for _ in range(50):
+        found = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) in (me, parent):
+                continue
+            try:
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    if marks.intersection(f.read().split(b"\\0")):
+                        os.kill(int(d), signal.SIGKILL)
+                        found = True
+            except OSError:
+                pass
+        if not found:
+            break
+        time.sleep(0.05)
 if os.fork():
     os._exit(0)
 os.nice(19)  # already, unless it forked before its parent lowered it (see _Reaper)
-while started(parent) == born:
-    if select.select([0], [], [], 0.2)[0]:
-        break
-me = os.getpid()
-for _ in range(50):
-    found = False
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) in (me, parent):
-            continue
-        try:
-            with open("/proc/%s/environ" % d, "rb") as f:
-                if token in f.read().split(b"\\0"):
-                    os.kill(int(d), signal.SIGKILL)
-                    found = True
-        except OSError:
-            pass
-    if not found:
-        break
-    time.sleep(0.05)
+live, buf = set(), b""
+def take(wait):
+    # what the worker wrote within wait seconds: None if nothing came, False at EOF, else True
+    global buf
+    if not select.select([0], [], [], wait)[0]:
+        return None
+    data = os.read(0, 65536)
+    buf += data
+    while b"\\n" in buf:
+        line, buf = buf.split(b"\\n", 1)
+        if line[:1] == b"+":
+            live.add(line[1:])
+        elif line[:1] == b"-":
+            live.discard(line[1:])
+            sweep([line[1:]])
+    return bool(data)
+while started(parent) == born and take(0.2) is not False:
+    pass
+while take(0):  # the worker is gone: what it wrote before it died (a fork of it may hold the pipe open)
+    pass
+if live:
+    sweep(live)
 """
 
+_REAPER_PIPE: tuple[int, int] | None = None  # (this process's pid, the write end of its reaper's stdin)
+_REAPER_LOCK = threading.Lock()
 
-class _Reaper:
-    """Kills every process of the host (see module doc) when :meth:`finish` is called or the worker dies."""
 
-    def __init__(self) -> None:
-        token = uuid.uuid4().hex
+def _reaper_pipe() -> int:
+    """The write end of this process's reaper's stdin; the reaper is started at the first call (and again
+    in a forked child: a reaper watches the process that started it)."""
+    global _REAPER_PIPE
+    with _REAPER_LOCK:
+        if _REAPER_PIPE is not None and _REAPER_PIPE[0] == os.getpid():
+            return _REAPER_PIPE[1]
         env = {k: v for k, v in os.environ.items() if k != HOST_TOKEN_ENV}
         r, w = os.pipe()
         # Not waited for: the user's code may start before the reaper is up. That is safe: what it starts
-        # carries the token from now on, and a reaper that comes up after the end still finds the byte (or
-        # EOF) on its stdin and kills them. Waiting cost each host 30-90 ms (bench/NOTES.md). Its stdout
-        # and stderr are not the log pump's pipe, which the reaper would otherwise hold open.
+        # carries the token from now on, and a reaper that comes up later still finds the tokens (or EOF) on
+        # its stdin and kills them. Waiting cost each host 30-90 ms (bench/NOTES.md). Its stdout and stderr
+        # are not the log pump's pipe, which the reaper would otherwise hold open.
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                _REAPER,
-                f"{HOST_TOKEN_ENV}={token}",
-                str(os.getpid()),
-                str(start_ticks(os.getpid())),
-            ],
+            [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid()), str(start_ticks(os.getpid()))],
             stdin=r,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -266,28 +287,35 @@ class _Reaper:
         )
         os.close(r)
         # Lowest CPU priority (inherited by its fork, the reaper proper): its interpreter start-up (~10 ms of
-        # CPU) and its final sweep of /proc need not be quick, and would otherwise compete with the start of
-        # this host and of the hosts beside it (an emulated cluster, or several hosts per VM). Set here, not
-        # with preexec_fn, which would make subprocess fork this whole worker instead of vfork.
+        # CPU) and its sweeps of /proc need not be quick, and would otherwise compete with the start of this
+        # host and of the hosts beside it (an emulated cluster, or several hosts per VM). Set here, not with
+        # preexec_fn, which would make subprocess fork this whole worker instead of vfork.
         try:
             os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
         except OSError:
             pass  # it already exited (the first fork): the reaper runs at our priority
-        threading.Thread(
-            target=proc.wait, daemon=True, name="fray-reaper-start"
-        ).start()  # the first fork exits at once
-        self._w = w
+        threading.Thread(target=proc.wait, daemon=True, name="fray-reaper-start").start()  # exits at once
+        _REAPER_PIPE = (os.getpid(), w)
+        return w
+
+
+class _Reaper:
+    """Kills every process of the host (see module doc) when :meth:`finish` is called or the worker dies."""
+
+    def __init__(self) -> None:
+        token = uuid.uuid4().hex
+        self._w = _reaper_pipe()
+        _write_all(self._w, f"+{token}\n".encode())  # a pipe write of < 512 bytes is atomic
         self.token = token
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
 
     def finish(self) -> None:
-        """Kill what the host started (bounded: the reaper gets a byte and works on its own)."""
+        """Kill what the host started (bounded: the reaper gets the token and works on its own)."""
         os.environ.pop(HOST_TOKEN_ENV, None)
         try:
-            os.write(self._w, b"x")
-            os.close(self._w)
+            _write_all(self._w, f"-{self.token}\n".encode())
         except OSError:
-            pass  # the reaper also notices this process's end
+            pass  # the reaper is gone: nothing can be done from here
 
 
 @attrs.frozen
@@ -397,36 +425,71 @@ def notice_key(job_id: str, attempt: int | str) -> str:
     return f"fray-notice:{job_id}:a{attempt}"
 
 
-def _watch_drain(me: HostProcess, notice_file: str | None, stop: threading.Event, interval: float = 1.0) -> None:
+class _DrainWatch:
     """The job's preemption notice (a drain with a deadline: the autoscaler's, a GKE maintenance event's,
     which the job's supervisor sees in the cluster's draining nodes and puts under :func:`notice_key`):
     write the deadline where ``fray_core.preemption_notice()`` reads it, then SIGTERM the host (the TPU VM
-    convention JAX's preemption sync point listens for). A thread of the host task, because a drained node
-    takes no new task: nothing sent from outside could reach the host any more. One key read a second (O(1)
-    for the GCS); it asked Ray for the draining nodes before, whose handler walks every node of the cluster
-    (8 ms of GCS work a call at 16,000 hosts, once a second per host: issue 29)."""
-    import ray
+    convention JAX's preemption sync point listens for). Watched from the host's own process, because a
+    drained node takes no new task: nothing sent from outside could reach the host any more. One key read a
+    second per host (O(1) for the GCS); it asked Ray for the draining nodes before, whose handler walks every
+    node of the cluster (8 ms of GCS work a call at 16,000 hosts, once a second per host: issue 29).
 
-    from fray_core.hostapi import write_notice
+    One thread per process watches the hosts it runs (one at a time, in a worker Ray reuses for hundreds of
+    them), not a thread per host (issue 29)."""
 
-    gcs = ray._private.worker.global_worker.gcs_client
-    key = notice_key(os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")).encode()
-    while not stop.wait(interval):
-        try:
-            value = gcs.internal_kv_get(key, b"fray", timeout=5)
-        except Exception:
-            continue  # the GCS is busy or restarting: ask again
-        if not value:
-            continue
-        try:
-            deadline = float(value.decode())
-        except ValueError:
-            deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
-        if notice_file:
-            write_notice(notice_file, deadline)
-        print(f"[fray] preemption notice: this slice goes at {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True)
-        signal_host(me, signal.SIGTERM)
-        return
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._hosts: dict[str, tuple[HostProcess, str | None, bytes]] = {}  # by token
+        self._thread_pid: int | None = None  # the process whose thread runs (a fork has none)
+
+    def add(self, me: HostProcess, notice_file: str | None) -> None:
+        """Watch the host of this process ``me`` (until :meth:`remove`) for its job's notice."""
+        key = notice_key(os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")).encode()
+        with self._lock:
+            self._hosts[me.token] = (me, notice_file, key)
+            if self._thread_pid == os.getpid():
+                return
+            self._thread_pid = os.getpid()
+        threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
+
+    def remove(self, token: str) -> None:
+        with self._lock:
+            self._hosts.pop(token, None)
+
+    def _loop(self) -> None:
+        import ray
+
+        from fray_core.hostapi import write_notice
+
+        gcs = ray._private.worker.global_worker.gcs_client
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                hosts = list(self._hosts.items())
+            for token, (me, notice_file, key) in hosts:
+                try:
+                    value = gcs.internal_kv_get(key, b"fray", timeout=5)
+                except Exception:
+                    continue  # the GCS is busy or restarting: ask again
+                if not value:
+                    continue
+                with self._lock:
+                    if self._hosts.pop(token, None) is None:
+                        continue  # the host ended meanwhile: the notice is not for what runs here now
+                try:
+                    deadline = float(value.decode())
+                except ValueError:
+                    deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
+                if notice_file:
+                    write_notice(notice_file, deadline)
+                print(
+                    f"[fray] preemption notice: this slice goes at {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True
+                )
+                signal_host(me, signal.SIGTERM)
+
+
+_DRAINS = _DrainWatch()
 
 
 def gce_preempted(timeout: float = 0.5) -> bool:
@@ -475,11 +538,10 @@ class _LogPump:
         os.dup2(w, 2)
         os.close(w)
         self._r = r
+        # one thread reads the pipe and sends the batches (two before: a thread start is ~1 ms of a reused
+        # worker's time under load, and most small jobs print nothing, issue 29)
         self._reader = threading.Thread(target=self._read, daemon=True, name="fray-log-reader")
         self._reader.start()
-        self._stop = threading.Event()
-        self._sender = threading.Thread(target=self._send_loop, daemon=True, name="fray-log-sender")
-        self._sender.start()
 
     def feed(self, line: str) -> None:
         with self._lock:
@@ -492,8 +554,14 @@ class _LogPump:
     def _read(self) -> None:
         # chunks, never a line at a time: output with no newline (progress bars) takes bounded memory
         splitter = LineSplitter()
+        due = time.monotonic() + LOG_SEND_INTERVAL  # the next batch, whatever the output
         try:
             while True:
+                left = due - time.monotonic()
+                if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                    self._flush()
+                    due = time.monotonic() + LOG_SEND_INTERVAL
+                    continue
                 chunk = os.read(self._r, READ_SIZE)
                 if chunk:
                     _write_all(self._orig_out, chunk)
@@ -523,10 +591,6 @@ class _LogPump:
         if lines:
             self._last_send = self.supervisor.append_log.remote(self.job_id, self.tag, lines)
 
-    def _send_loop(self) -> None:
-        while not self._stop.wait(LOG_SEND_INTERVAL):
-            self._flush()
-
     def close(self) -> None:
         import ray
 
@@ -535,8 +599,6 @@ class _LogPump:
         os.dup2(self._orig_out, 1)  # closes the pipe's write ends: the reader drains and stops
         os.dup2(self._orig_err, 2)
         self._reader.join(5.0)
-        self._stop.set()
-        self._sender.join(5.0)
         self._flush(last=True)
         if self._last_send is not None:
             try:
@@ -652,7 +714,6 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     reaper = _Reaper()
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
-    watching = threading.Event()  # set when the host ends: its drain watch stops
     try:
         if is_tpu and config.clean_lockfile:
             _check_device(lockfile, where)
@@ -671,12 +732,7 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
                 _write_mark(reaper.token)
             config.supervisor.host_started.remote(config.job_id, tag, me)
             _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
-            threading.Thread(
-                target=_watch_drain,
-                args=(me, os.environ.get("FRAY_NOTICE_FILE"), watching),
-                daemon=True,
-                name="fray-drain-watch",
-            ).start()
+            _DRAINS.add(me, os.environ.get("FRAY_NOTICE_FILE"))
         try:
             if payload[0] == "run":
                 _run_binary(payload[1], where, pump)
@@ -705,7 +761,7 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
             sys.stdout.flush()
             sys.stderr.flush()
     finally:
-        watching.set()
+        _DRAINS.remove(reaper.token)
         if config.shared_worker:
             _remove_mark()
         reaper.finish()

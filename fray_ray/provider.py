@@ -109,11 +109,12 @@ _NODE_LOST: tuple[type[BaseException], ...] = (HostPreemptedError, rex.NodeDiedE
 _NODE_GONE: tuple[type[BaseException], ...] = (rex.NodeDiedError, rex.LocalRayletDiedError)
 
 _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per TPU/GPU host, every attempt
-# CPU replicas a worker runs before it exits: its start amortized 16 times, and a bound on what the jobs' code
-# (the same client's: Ray reuses a worker only for its own job and runtime_env) can leave behind in it. Ray
+# CPU replicas a worker runs before it exits: its start (~0.7 CPU-s) amortized, and a bound on what the jobs'
+# code (the same client's: Ray reuses a worker only for its own job and runtime_env) can leave behind in it.
+# 16 until 2026-11-28: 200 small jobs then started 13+ workers where raw Ray tasks start 6 (bench/NOTES.md). Ray
 # takes max_calls from the remote function only (not .options()): a function of its own, so that Ray's
 # function table does not mix it up with the fresh-worker one.
-SHARED_WORKER_CALLS = 16
+SHARED_WORKER_CALLS = 256
 _shared_host_task = ray.remote(max_calls=SHARED_WORKER_CALLS)(run_shared_host)
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
 _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks

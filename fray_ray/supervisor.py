@@ -21,6 +21,7 @@ groups with it (it owns them).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -51,6 +52,20 @@ def _import_job_modules() -> None:
     import fray_core.supervisor  # noqa: F401
     import fray_core.types  # noqa: F401
     import fray_ray.provider  # noqa: F401
+
+
+_JOB_THREADS: Any = None  # the process's job threads (see _job_threads)
+
+
+def _job_threads() -> Any:
+    """The pool of the jobs' threads: a thread whose job ended takes the next job (a thread start under a
+    busy GIL took milliseconds, issue 29; ``fray_core._threads``)."""
+    global _JOB_THREADS
+    if _JOB_THREADS is None:  # two racing starts may make two pools: harmless
+        from fray_core._threads import ThreadPool
+
+        _JOB_THREADS = ThreadPool("fray-job-idle", keep=IDLE_AFTER_JOBS)
+    return _JOB_THREADS
 
 
 def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
@@ -317,7 +332,10 @@ class JobSupervisor:
         self.taken = 0  # jobs taken in this process's life
         self.hosts = 0  # hosts of the jobs running here
         self.idle_timeout = idle_timeout
-        self._lock = threading.Condition()  # guards the above; notified when a job ends (wait_ended)
+        self._lock = threading.Condition()  # guards the above; notified when a job starts or ends
+        # notified when a job's final record is written (wait_ended): its own, because every job's end wakes
+        # every waiter, and a lock held by hundreds of job threads became a convoy under a busy GIL (issue 29)
+        self._ended_cv = threading.Condition()
         self._retired = False  # takes no more jobs: exits when its last job ended
         self._closing = False  # exiting
         self._idle_since = time.monotonic()
@@ -374,6 +392,8 @@ class JobSupervisor:
     def upload_logs(self) -> None:
         """Make sure the process's log uploader runs: one thread for every job here whose store is remote,
         not one each (a thread start under a busy GIL took milliseconds; 200 small jobs started 800)."""
+        if self._uploader is not None:  # the common case, without the process's lock
+            return
         with self._lock:
             if self._uploader is not None:
                 return
@@ -400,15 +420,14 @@ class JobSupervisor:
                         pass
 
     def _wake(self) -> None:
-        with self._lock:
-            self._lock.notify_all()
+        with self._ended_cv:
+            self._ended_cv.notify_all()
 
     def store_for(self, root: str) -> JobStore:
         """The job store at ``root``, one per store for every job of this process."""
         from fray_core.records import JobStore
 
-        with self._lock:
-            store = self._stores.get(root)
+        store = self._stores.get(root)  # no lock to read: a dict's get is atomic, and the lock is busy
         if store is None:
             store = JobStore(root)
             with self._lock:
@@ -420,6 +439,8 @@ class JobSupervisor:
         (a client keeps one call of each kind in flight: each job has its own)."""
         if self._warming is not None:  # a job that came during the warm-up: finish it rather than do it twice
             self._warming.join(WARM_UP_JOIN)
+        if self._warm_scheduler is None:  # given away (the common case): no need for the process's lock
+            return None
         with self._lock:
             warm = self._warm_scheduler
             if warm is None or warm[0] != scheduler_key({"quarantine": (2, 3600.0, 1800.0), **settings}):
@@ -446,9 +467,7 @@ class JobSupervisor:
             self.hosts += hosts
             job = self.jobs[job_id] = _Job(self, job_id, settings)
             self._lock.notify_all()
-        threading.Thread(
-            target=job.begin, args=(request_bytes, settings), daemon=True, name=f"fray-job-{job_id}"
-        ).start()
+        _job_threads().submit(functools.partial(job.begin, request_bytes, settings), name=f"fray-job-{job_id}")
         return True
 
     def job_done(self, job_id: str) -> None:
@@ -521,8 +540,8 @@ class JobSupervisor:
         def one_ended() -> bool:
             return any((j := self.jobs.get(job_id)) is None or j.ended.is_set() for job_id in job_ids)
 
-        with self._lock:
-            return self._lock.wait_for(one_ended, max(0.0, min(timeout, MAX_WAIT_CALL)))
+        with self._ended_cv:
+            return self._ended_cv.wait_for(one_ended, max(0.0, min(timeout, MAX_WAIT_CALL)))
 
     def ping(self) -> list[str]:
         """The ids of the jobs running here (empty: an idle supervisor)."""

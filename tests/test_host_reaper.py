@@ -61,7 +61,7 @@ def test_the_reaper_runs_at_the_lowest_cpu_priority() -> None:
 import sys
 from fray_ray._host import _Reaper
 reaper = _Reaper()
-print(reaper.token, flush=True)
+print("up", flush=True)
 sys.stdin.readline()
 reaper.finish()
 """
@@ -70,15 +70,17 @@ reaper.finish()
     )
     try:
         assert worker.stdout is not None and worker.stdin is not None
-        mark = f"FRAY_HOST_TOKEN={worker.stdout.readline().strip()}".encode()
+        assert worker.stdout.readline().strip() == "up"
 
         def reaper_nice() -> int | None:
             for d in os.listdir("/proc"):
                 if d.isdigit() and int(d) != worker.pid:
                     try:
                         with open(f"/proc/{d}/cmdline", "rb") as f:
-                            if mark not in f.read().split(b"\0"):
-                                continue
+                            args = f.read().split(b"\0")
+                        # the reaper's arguments: -c SCRIPT WORKER_PID WORKER_START_TICKS
+                        if len(args) < 4 or args[-3] != str(worker.pid).encode() or b"sweep" not in args[-4]:
+                            continue
                         with open(f"/proc/{d}/stat", "rb") as f:
                             return int(f.read().rsplit(b")", 1)[1].split()[16])  # field 19: nice
                     except (OSError, ValueError):
@@ -116,3 +118,53 @@ def test_a_signal_for_a_host_reaches_a_reused_worker_only_while_it_runs_that_hos
         assert not _host._runs_host(gone)  # the pid is another process's now
     finally:
         mark.unlink(missing_ok=True)
+
+
+def test_a_reused_worker_has_one_reaper_which_kills_each_hosts_processes_when_that_host_ends() -> None:
+    """A CPU replica's worker runs host after host (Ray reuses it): one reaper serves them all, and a host's
+    end kills that host's processes only, not those of the host running after it."""
+    script = r"""
+import os, subprocess, sys
+from fray_ray import _host
+
+def child():
+    return subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+
+first = _host._Reaper()
+a = child()
+first.finish()
+second = _host._Reaper()
+b = child()
+print(a, b, _host._reaper_pipe() == first._w == second._w, flush=True)
+sys.stdin.readline()
+second.finish()
+print("done", flush=True)
+sys.stdin.readline()
+"""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    pids: list[int] = []
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        a, b, same = worker.stdout.readline().split()
+        pids = [int(a), int(b)]
+        assert same == "True"  # both hosts told the same reaper
+        wait_for(lambda: not pid_alive(pids[0]), timeout=20, what="the first host's child to be killed at its end")
+        assert pid_alive(pids[1])  # the second host still runs: its child lives on
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline().strip() == "done"
+        wait_for(lambda: not pid_alive(pids[1]), timeout=20, what="the second host's child to be killed at its end")
+        assert worker.poll() is None  # the worker itself lives on, as a reused one does
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        assert worker.wait(timeout=30) == 0
+    finally:
+        worker.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
