@@ -383,7 +383,10 @@ class JobStore:
         """Create the job dir; ``False`` when it existed (with ``exclusive``: someone else's)."""
         path = self._p(job_id)
         if not self.is_local:
-            if exclusive and self.fs.exists(path):  # object stores have no exclusive create; ids are random
+            # Object stores have no exclusive create; ids are random. A remote job dir holds files only once
+            # its record is written (nothing is made ahead of it, see prepare): its record says it is taken,
+            # in one O(1) look (a dir's is a listing: in Ray's KV a scan of every key, issue 29).
+            if exclusive and self.fs.isfile(self._p(job_id, RECORD)):
                 return False
             self.fs.makedirs(path, exist_ok=True)
             return True
@@ -784,6 +787,9 @@ class JobStore:
 
     def log_path(self, job_id: str) -> str:
         return self._p(job_id, LOG)
+
+    def record_path(self, job_id: str) -> str:
+        return self._p(job_id, RECORD)
 
     def read_log(self, job_id: str, offset: int = 0) -> tuple[list[str], int]:
         """Complete lines from byte ``offset`` on, and the offset after the last complete line."""

@@ -491,10 +491,12 @@ class GangRunner:
         grow = self._grow_watch(leases)
         req = self.request
         began = self.clock()
-        beats_due = began  # when to read the hosts' heartbeats next
         beat_every = (
             self.policy.poll_interval if req.stall_timeout or req.startup_timeout else self.policy.progress_interval
         )
+        # when to read the hosts' heartbeats next: not at once (none can have beaten yet, and a job of a few
+        # milliseconds then read them for nothing: one GCS call each, issue 29)
+        beats_due = began + beat_every
         while pending and first_bad is None:
             if self.stopped:
                 self._cancel_and_drain(runs, pending)

@@ -398,22 +398,41 @@ def dump_host_stacks(process: HostProcess) -> bool:
     return True
 
 
-def _beat_to_gcs(key: str) -> None:
+def _beat_to_gcs(key: str) -> Callable[[], None]:
     """This host's ``fray_core.heartbeat()`` goes to Ray's GCS key-value store (namespace ``fray``), where the
-    job's provider reads it (``RaySliceProvider.heartbeats``): no host can write where the runner runs."""
+    job's provider reads it (``RaySliceProvider.heartbeats``): no host can write where the runner runs.
+    Returns what removes the key at the host's end, if a beat wrote it (the provider then need not: one GCS
+    call a job saved, issue 29; it still does for a host that did not end by itself)."""
     import ray
 
     from fray_core import hostapi
 
     gcs = ray._private.worker.global_worker.gcs_client
+    lock = threading.Lock()  # a beat in flight lands before the key's removal, or not at all
+    wrote, ended = [False], [False]
 
     def beat(t: float, step: int | None) -> None:
-        try:
-            gcs.internal_kv_put(key.encode(), f"{t!r} {'' if step is None else step}".encode(), True, b"fray")
-        except Exception:
-            pass  # progress reporting must never fail the job
+        with lock:
+            if ended[0]:
+                return
+            try:
+                gcs.internal_kv_put(key.encode(), f"{t!r} {'' if step is None else step}".encode(), True, b"fray")
+                wrote[0] = True
+            except Exception:
+                pass  # progress reporting must never fail the job
+
+    def remove() -> None:
+        hostapi.set_channel()  # a thread of the user's code that beats on writes nowhere now
+        with lock:
+            ended[0] = True
+        if wrote[0]:
+            try:
+                gcs.internal_kv_del(key.encode(), False, b"fray", timeout=5)
+            except Exception:
+                pass  # the provider's close removes what is left of a host it did not see end cleanly
 
     hostapi.set_channel(beat=beat)
+    return remove
 
 
 def notice_key(job_id: str, attempt: int | str) -> str:
@@ -712,6 +731,7 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     # reused one registers it again (fd 2 is then the next host's pump)
     faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
     reaper = _Reaper()
+    unbeat: Callable[[], None] | None = None
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
     try:
@@ -731,7 +751,7 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
             if config.shared_worker:
                 _write_mark(reaper.token)
             config.supervisor.host_started.remote(config.job_id, tag, me)
-            _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
+            unbeat = _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
             _DRAINS.add(me, os.environ.get("FRAY_NOTICE_FILE"))
         try:
             if payload[0] == "run":
@@ -761,6 +781,8 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
             sys.stdout.flush()
             sys.stderr.flush()
     finally:
+        if unbeat is not None:
+            unbeat()
         _DRAINS.remove(reaper.token)
         if config.shared_worker:
             _remove_mark()

@@ -451,7 +451,7 @@ class RayCluster(RecordCluster):
         # until it runs the job, the record says what the job waits for: a supervisor Ray has not created
         # (its runtime_env being set up, or no room on the head) leaves it PENDING for minutes
         info.pending_reason = f"{COLD_START_REASON} {name!r} to start"
-        self.store.write(info, owner=self._owner(name))
+        self._write_handed(info, job, name)
         max_jobs = JOBS_PER_SUPERVISOR if standby else 1
         actor = self._supervisor_options(name, runtime_env).remote(name, job=job, max_jobs=max_jobs)
         if not standby:
@@ -461,6 +461,13 @@ class RayCluster(RecordCluster):
             self._standby_env = runtime_env
         if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
             _retire_quietly(old[1])
+
+    def _write_handed(self, info: JobInfo, job: tuple[str, bytes, dict[str, Any]], name: str) -> None:
+        """Write the job's record naming its supervisor ``name``, and hand the record over with the job: the
+        supervisor need not read it back (``_check_store`` made sure it can; issue 29: one GCS call a job)."""
+        record = self.store.record_of(info, owner=self._owner(name))
+        self.store.write_record(info.job_id, record)
+        job[2]["record"] = record
 
     def _mark_launching(self, job_id: str) -> None:
         """Say in Ray's KV store that ``job_id``'s supervisor is being started (see ``owner_gone``)."""
@@ -596,7 +603,7 @@ class RayCluster(RecordCluster):
         actor that is not up yet is buffered in this process and is lost if it exits first."""
         name, actor, _ = standby
         info.pending_reason = f"handed to its supervisor actor {name!r}, which has not taken it yet"
-        self.store.write(info, owner=self._owner(name))
+        self._write_handed(info, job, name)
         ref = actor.start.remote(*job)
         with self._standby_lock:
             self._handovers[ref] = _HandOver(name, actor, info, job, time.monotonic())

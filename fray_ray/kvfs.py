@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import errno
 import io
 import json
@@ -79,6 +80,56 @@ class RayKVFileSystem(AbstractFileSystem):
 
     protocol = PROTOCOL
     root_marker = ""
+    #: files this process last wrote whole: what it knows of their generation without asking (see _old_meta)
+    KNOWN_MAX = 4096
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._known: collections.OrderedDict[tuple[int, str], str | None] = collections.OrderedDict()
+        self._known_lock = threading.Lock()
+
+    def _old_meta(self, gcs: Any, rest: str) -> dict[str, Any] | None:
+        """The metadata of the file a whole write replaces, for the old generation's bytes to go: what this
+        process wrote last, when it wrote the file last, without a GCS call (a job's record is rewritten by
+        its supervisor at each state: the read was half of each write's cost, issue 29). Another writer
+        that wrote a chunked copy in between would leave that copy's chunks until the file's dir is
+        removed; a record has one writer once its supervisor took the job."""
+        with self._known_lock:
+            key = (id(gcs), rest)
+            if key in self._known:
+                gen = self._known[key]
+                return None if gen is None else {"gen": gen}
+        return self._meta(gcs, rest)
+
+    def _knows(self, gcs: Any, rest: str) -> bool:
+        with self._known_lock:
+            return (id(gcs), rest) in self._known
+
+    def assume_inline(self, path: str) -> None:
+        """Take ``path`` as a file another process wrote whole and small (inline, no chunks) and nobody
+        rewrote since, as if this process had: its next rewrite is one GCS call (:meth:`_old_meta`). A job's
+        supervisor says so of the record its client wrote and handed over with the job.
+
+        >>> RayKVFileSystem().assume_inline("ray-kv://10.0.0.2:6379/fray/train-1/record.json")  # doctest: +SKIP
+        """
+        gcs, rest = self._split(path)
+        self._wrote(gcs, rest, None)
+
+    def _wrote(self, gcs: Any, rest: str, gen: str | None) -> None:
+        with self._known_lock:
+            key = (id(gcs), rest)
+            self._known[key] = gen
+            self._known.move_to_end(key)
+            while len(self._known) > self.KNOWN_MAX:
+                self._known.popitem(last=False)
+
+    def _forget(self, gcs: Any, rest: str | None = None) -> None:
+        """Forget what was written at ``rest`` (``None``: everything)."""
+        with self._known_lock:
+            if rest is None:
+                self._known.clear()
+            else:
+                self._known.pop((id(gcs), rest), None)
 
     # ------------------------------------------------------------------------------------ keys
 
@@ -146,6 +197,10 @@ class RayKVFileSystem(AbstractFileSystem):
             return True
         return bool(self._call(gcs.internal_kv_keys, f"m:{rest}/".encode()))
 
+    def isfile(self, path: str) -> bool:
+        gcs, rest = self._split(path)
+        return self._meta(gcs, rest) is not None  # one call (fsspec's asks for a listing too when it is not)
+
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         pass  # directories are implicit
 
@@ -157,6 +212,7 @@ class RayKVFileSystem(AbstractFileSystem):
         meta = self._meta(gcs, rest)
         if meta is None:
             raise FileNotFoundError(errno.ENOENT, "no such file in the cluster's store", path)
+        self._forget(gcs, rest)
         self._call(gcs.internal_kv_del, f"m:{rest}".encode(), False)
         self._call(gcs.internal_kv_del, f"d:{rest}:".encode(), True)
 
@@ -166,6 +222,7 @@ class RayKVFileSystem(AbstractFileSystem):
             if self._meta(gcs, rest) is not None:
                 self.rm_file(p)
             elif recursive:
+                self._forget(gcs)
                 self._call(gcs.internal_kv_del, f"m:{rest}/".encode(), True)
                 self._call(gcs.internal_kv_del, f"d:{rest}/".encode(), True)
             elif self.exists(p):
@@ -231,16 +288,26 @@ class RayKVFileSystem(AbstractFileSystem):
         else:
             if len(data) > MAX_FILE:
                 raise _too_big(rest, len(data))
-            self._write_whole(gcs, rest, data, meta if append else self._meta(gcs, rest), False)
+            if not append and len(data) <= INLINE and not self._knows(gcs, rest):
+                # a file this process did not write: most are new (a job's results; its record, from its
+                # client): put it only if there is none, one call; else read what it replaces, as below
+                if self._call(gcs.internal_kv_put, f"m:{rest}".encode(), _INLINE_TAG + data, False):
+                    self._wrote(gcs, rest, None)
+                    return
+            self._write_whole(gcs, rest, data, meta if append else self._old_meta(gcs, rest), False)
             return
         self._put_chunks(gcs, rest, data, gen, start, meta["sizes"], bool(meta.get("cut")))
 
     def _write_whole(self, gcs: Any, rest: str, data: bytes, old: dict[str, Any] | None, cut: bool) -> None:
         """``data`` as the whole file (inline when small), then the bytes of the file it replaces go."""
+        self._forget(gcs, rest)  # until the write is done: a failed one leaves the file unknown
         if len(data) <= INLINE and not cut:
             self._call(gcs.internal_kv_put, f"m:{rest}".encode(), _INLINE_TAG + data, True)
+            gen = None
         else:
-            self._put_chunks(gcs, rest, data, uuid.uuid4().hex[:12], 0, [], cut)
+            gen = uuid.uuid4().hex[:12]
+            self._put_chunks(gcs, rest, data, gen, 0, [], cut)
+        self._wrote(gcs, rest, gen)
         if old is not None and old.get("gen"):  # the old generation's bytes, once nothing points at them
             self._call(gcs.internal_kv_del, f"d:{rest}:{old['gen']}:".encode(), True)
 

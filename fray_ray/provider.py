@@ -50,6 +50,7 @@ from ray._raylet import NodeID
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from fray_core._threads import ThreadPool
 from fray_core.errors import HostPreempted, Unschedulable
 from fray_core.provider import (
     Heartbeat,
@@ -115,6 +116,7 @@ _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per TPU
 # takes max_calls from the remote function only (not .options()): a function of its own, so that Ray's
 # function table does not mix it up with the fresh-worker one.
 SHARED_WORKER_CALLS = 256
+_PICKLERS = ThreadPool("fray-pickle-idle")  # the threads that pickle the jobs' entrypoints (prepare_entry)
 _shared_host_task = ray.remote(max_calls=SHARED_WORKER_CALLS)(run_shared_host)
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
 _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks
@@ -269,6 +271,12 @@ class RaySliceProvider(SliceProvider):
         self._lock = threading.Lock()
         self._pg_seq = itertools.count()  # placement group names must be unique among live groups
         self._beats_seen: dict[bytes, tuple[bytes, float]] = {}  # heartbeat key -> (last value, monotonic first seen)
+        # What close() must clear from Ray's KV: a notice put (announce_preemption); the hosts' heartbeat keys
+        # unless every host task submitted returned or raised from its own code (its host removed its key
+        # then: _host._run_host). Two GCS calls a job saved for the jobs that need neither (issue 29).
+        self._noticed = False
+        self._hosts_submitted = 0
+        self._hosts_ended_clean = 0
         self._reported_in: dict[str, HostProcess | None] = {}  # the hosts whose process has started, by tag
         self._job_label: dict[str, str] = {}  # the node label the job's TPU slices must carry
         self._last_health = 0.0
@@ -729,8 +737,10 @@ class RaySliceProvider(SliceProvider):
             self.scheduler.call("leave", self.job_id)
         try:  # the hosts' heartbeats (see heartbeats) and preemption notices (announce_preemption)
             gcs = ray._private.worker.global_worker.gcs_client
-            gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
-            gcs.internal_kv_del(f"fray-notice:{self.job_id}:".encode(), True, b"fray")
+            if self._hosts_ended_clean < self._hosts_submitted:
+                gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
+            if self._noticed:
+                gcs.internal_kv_del(f"fray-notice:{self.job_id}:".encode(), True, b"fray")
         except Exception:
             pass
 
@@ -751,7 +761,7 @@ class RaySliceProvider(SliceProvider):
                 future.set_exception(e)
 
         self._entry_bytes = (id(entrypoint), future)
-        threading.Thread(target=pickle, daemon=True, name="fray-pickle-entrypoint").start()
+        _PICKLERS.submit(pickle, name="fray-pickle-entrypoint")  # a thread kept for the next job (issue 29)
 
     def _entry_arg(self, entrypoint: Entrypoint, attempt: int) -> Any:
         """The pickled entrypoint as a host task argument, once per attempt.
@@ -814,6 +824,7 @@ class RaySliceProvider(SliceProvider):
             )
         else:  # before the task exists: it may report in (mark_started, another thread) at once
             self._queued_hosts[tag] = lease.handle[0]
+        self._hosts_submitted += 1
         ref = (
             (_shared_host_task if shared else _host_task)
             .options(
@@ -975,6 +986,7 @@ class RaySliceProvider(SliceProvider):
         attempts = {str(r.handle.tag).split(" ", 1)[0].lstrip("a") for r in runs if r.handle is not None}
         try:
             gcs = ray._private.worker.global_worker.gcs_client
+            self._noticed = True
             for attempt in attempts:
                 gcs.internal_kv_put(notice_key(self.job_id, attempt).encode(), repr(deadline).encode(), True, b"fray")
         except Exception:
@@ -1119,10 +1131,13 @@ class RaySliceProvider(SliceProvider):
         task: _Task = run.handle
         try:
             value = ray.get(task.ref, timeout=RESULT_TIMEOUT)
+            self._hosts_ended_clean += 1
         except rex.TaskCancelledError:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         except rex.RayTaskError as e:
             cause = e.cause if isinstance(e.cause, BaseException) else e
+            if not isinstance(cause, rex.RayError):  # raised in the host's own code: its cleanup ran
+                self._hosts_ended_clean += 1
             if isinstance(cause, _NODE_GONE):
                 run.lease.handle[0].node_died = True  # release need not wait for its resources (see there)
             if isinstance(cause, TpuBusyError):  # the host's device is unusable: counts towards its quarantine

@@ -150,6 +150,15 @@ def test_a_stalled_job_on_ray_is_restarted_with_its_stacks_in_the_log_and_its_la
         mine = [line for line in log if host in line]
         assert any("a_deadlocked_collective" in line for line in mine), "\n".join(log[-60:])
         assert sum("most recent call first" in line for line in mine) >= 2  # not only the main thread
+    # nothing of its heartbeats is left in Ray's KV: attempt 1's host removed its key as it ended, attempt 0's
+    # (killed) the provider, as the job was released
+    from ray.experimental import internal_kv
+
+    wait_for(
+        lambda: not internal_kv._internal_kv_list(f"fray-hb:{job}:", namespace="fray"),
+        timeout=30,
+        what="the job's heartbeat keys to be removed",
+    )
 
 
 def test_a_hosts_heartbeat_is_aged_by_the_supervisors_clock_not_the_hosts(ray_tpu_cluster: Any) -> None:
