@@ -830,6 +830,9 @@ class RaySliceProvider(SliceProvider):
             .options(
                 max_retries=0,
                 retry_exceptions=False,
+                # a CPU replica's task records no task events (Fray's record has its states): at hundreds of
+                # small jobs their events were ~12% of the CPU the jobs cost (bench/NOTES.md, issue 29)
+                enable_task_events=not shared,
                 runtime_env=self.runtime_env,
                 name=f"fray:{self.job_id}:{tag}",
                 **opts,
