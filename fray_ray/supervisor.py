@@ -90,8 +90,10 @@ IDLE_AFTER_JOBS = 60.0
 # Jobs one supervisor process takes in its life: its memory (~100 MB, bench/NOTES.md) shared by many, and a
 # bound on what the jobs' code (imported here when a request is unpickled; it never runs here) can leave behind.
 # 16 until 2026-11-28: 200 small jobs then started 13 supervisors (~1.5 CPU-s each on the head) while their jobs
-# waited: 26 s against 17.8 s with one (bench/NOTES.md). How many run here at once HOSTS_PER_SUPERVISOR bounds.
-JOBS_PER_SUPERVISOR = 256
+# waited: 26 s against 17.8 s with one (bench/NOTES.md); 256 until later that day: the next supervisor (the
+# spare, started at half) then started in the middle of a burst of 200 after 60 others, ~1.7 CPU-s of the
+# head's (10.5 s against 8.4 s). How many run here at once HOSTS_PER_SUPERVISOR bounds.
+JOBS_PER_SUPERVISOR = 1024
 # Hosts of running jobs one supervisor process takes more jobs beside (each host sends it up to 5 log batches
 # a second): a job larger than that gets a process of its own.
 HOSTS_PER_SUPERVISOR = 512
