@@ -11,6 +11,7 @@ piece of work in flight, so a piece that blocks (a store that hangs) holds up no
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 import traceback
@@ -38,6 +39,13 @@ class ThreadPool:
         self._cv = threading.Condition(threading.Lock())
         self._work: collections.deque[tuple[Callable[[], object], str | None]] = collections.deque()
         self._idle = 0  # threads waiting for work, less the work handed to them and not yet taken
+        if hasattr(os, "register_at_fork"):  # a forked child has none of the threads: it starts afresh
+            os.register_at_fork(after_in_child=self._forget_threads)
+
+    def _forget_threads(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._work = collections.deque()
+        self._idle = 0
 
     def submit(self, fn: Callable[[], object], name: str | None = None) -> None:
         """Run ``fn()`` in a pool thread (named ``name`` while it runs); what it raises is printed and

@@ -263,13 +263,20 @@ _REAPER_PIPE: tuple[int, int] | None = None  # (this process's pid, the write en
 _REAPER_LOCK = threading.Lock()
 
 
-def _reaper_pipe() -> int:
+def _reaper_pipe(replace: int | None = None) -> int:
     """The write end of this process's reaper's stdin; the reaper is started at the first call (and again
-    in a forked child: a reaper watches the process that started it)."""
+    in a forked child: a reaper watches the process that started it; and with ``replace``, the pipe of a
+    reaper that is gone)."""
     global _REAPER_PIPE
     with _REAPER_LOCK:
         if _REAPER_PIPE is not None and _REAPER_PIPE[0] == os.getpid():
-            return _REAPER_PIPE[1]
+            if _REAPER_PIPE[1] != replace:
+                return _REAPER_PIPE[1]
+            try:
+                os.close(replace)
+            except OSError:
+                pass
+            _REAPER_PIPE = None
         env = {k: v for k, v in os.environ.items() if k != HOST_TOKEN_ENV}
         r, w = os.pipe()
         # Not waited for: the user's code may start before the reaper is up. That is safe: what it starts
@@ -305,7 +312,11 @@ class _Reaper:
     def __init__(self) -> None:
         token = uuid.uuid4().hex
         self._w = _reaper_pipe()
-        _write_all(self._w, f"+{token}\n".encode())  # a pipe write of < 512 bytes is atomic
+        try:
+            _write_all(self._w, f"+{token}\n".encode())  # a pipe write of < 512 bytes is atomic
+        except OSError:  # this worker's reaper is gone (killed): start another for this host and the next
+            self._w = _reaper_pipe(replace=self._w)
+            _write_all(self._w, f"+{token}\n".encode())
         self.token = token
         os.environ[HOST_TOKEN_ENV] = token  # inherited by everything the host starts from now on
 
@@ -415,9 +426,9 @@ def _beat_to_gcs(key: str) -> Callable[[], None]:
         with lock:
             if ended[0]:
                 return
+            wrote[0] = True  # before: a put that raised may still have landed
             try:
                 gcs.internal_kv_put(key.encode(), f"{t!r} {'' if step is None else step}".encode(), True, b"fray")
-                wrote[0] = True
             except Exception:
                 pass  # progress reporting must never fail the job
 
@@ -469,8 +480,8 @@ class _DrainWatch:
             self._hosts[me.token] = (me, notice_file, key)
             if self._thread_pid == os.getpid():
                 return
-            self._thread_pid = os.getpid()
-        threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
+            threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
+            self._thread_pid = os.getpid()  # once started: a start that failed is tried again by the next host
 
     def remove(self, token: str) -> None:
         with self._lock:
@@ -500,12 +511,20 @@ class _DrainWatch:
                     deadline = float(value.decode())
                 except ValueError:
                     deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
-                if notice_file:
-                    write_notice(notice_file, deadline)
-                print(
-                    f"[fray] preemption notice: this slice goes at {deadline:.3f}; SIGTERM", file=sys.stderr, flush=True
-                )
-                signal_host(me, signal.SIGTERM)
+                try:
+                    if notice_file:
+                        write_notice(notice_file, deadline)
+                    print(
+                        f"[fray] preemption notice: this slice goes at {deadline:.3f}; SIGTERM",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                except Exception:  # noqa: BLE001 - the SIGTERM below is the notice that matters
+                    pass
+                try:
+                    signal_host(me, signal.SIGTERM)
+                except Exception:  # noqa: BLE001 - one host's failure must not end the watch of the next
+                    pass
 
 
 _DRAINS = _DrainWatch()
@@ -547,6 +566,7 @@ class _LogPump:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._last_send: Any = None
+        self._closed = False
         self._dropped = 0
         sys.stdout.flush()
         sys.stderr.flush()
@@ -574,11 +594,17 @@ class _LogPump:
         # chunks, never a line at a time: output with no newline (progress bars) takes bounded memory
         splitter = LineSplitter()
         due = time.monotonic() + LOG_SEND_INTERVAL  # the next batch, whatever the output
+        # poll, not select: a reused worker's fds pass 1024 (FD_SETSIZE), where select raises
+        poller = select.poll()
+        poller.register(self._r, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
             while True:
                 left = due - time.monotonic()
-                if left <= 0 or not select.select([self._r], [], [], left)[0]:
-                    self._flush()
+                if left <= 0 or not poller.poll(max(0.0, left) * 1000):
+                    try:
+                        self._flush()
+                    except Exception:  # noqa: BLE001 - the log is best effort; the pipe must keep draining
+                        pass
                     due = time.monotonic() + LOG_SEND_INTERVAL
                     continue
                 chunk = os.read(self._r, READ_SIZE)
@@ -594,8 +620,8 @@ class _LogPump:
     def _flush(self, last: bool = False) -> None:
         import ray
 
-        if self.supervisor is None:
-            return
+        if self.supervisor is None or (self._closed and not last):
+            return  # closed: only close()'s last batch goes (a reader outliving it sends nothing after it)
         if (
             not last
             and self._last_send is not None
@@ -618,6 +644,7 @@ class _LogPump:
         os.dup2(self._orig_out, 1)  # closes the pipe's write ends: the reader drains and stops
         os.dup2(self._orig_err, 2)
         self._reader.join(5.0)
+        self._closed = True
         self._flush(last=True)
         if self._last_send is not None:
             try:
@@ -725,12 +752,12 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     os.environ.update(env)
     os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
+    reaper = _Reaper()  # first: if it cannot start, no pump is left on fds 1 and 2
     pump = _LogPump(tag, config.supervisor, config.job_id)
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
     # see RaySliceProvider.dump_stacks. Left registered at the end: a fresh worker runs this one task, and a
     # reused one registers it again (fd 2 is then the next host's pump)
     faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
-    reaper = _Reaper()
     unbeat: Callable[[], None] | None = None
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's

@@ -199,7 +199,8 @@ class RayKVFileSystem(AbstractFileSystem):
 
     def isfile(self, path: str) -> bool:
         gcs, rest = self._split(path)
-        return self._meta(gcs, rest) is not None  # one call (fsspec's asks for a listing too when it is not)
+        # one call, O(1) (fsspec's reads the file, and asks for a listing too when it is not one)
+        return bool(self._call(gcs.internal_kv_exists, f"m:{rest}".encode()))
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         pass  # directories are implicit

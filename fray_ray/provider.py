@@ -737,7 +737,8 @@ class RaySliceProvider(SliceProvider):
             self.scheduler.call("leave", self.job_id)
         try:  # the hosts' heartbeats (see heartbeats) and preemption notices (announce_preemption)
             gcs = ray._private.worker.global_worker.gcs_client
-            if self._hosts_ended_clean < self._hosts_submitted:
+            # also when a beat was seen: its host's own removal may have failed (a busy GCS)
+            if self._hosts_ended_clean < self._hosts_submitted or self._beats_seen:
                 gcs.internal_kv_del(f"fray-hb:{self.job_id}:".encode(), True, b"fray")
             if self._noticed:
                 gcs.internal_kv_del(f"fray-notice:{self.job_id}:".encode(), True, b"fray")
@@ -931,6 +932,8 @@ class RaySliceProvider(SliceProvider):
         out = {}
         for r, k in zip(runs, keys):
             value = got.get(k)
+            if not value and k in seen:  # removed by its host as it ended (_host._beat_to_gcs): its last beat
+                value = seen[k][0]
             if value:
                 _, _, step = value.decode().partition(" ")
                 last = seen.get(k)

@@ -22,7 +22,6 @@ groups with it (it owns them).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import sys
@@ -222,6 +221,7 @@ class _Job:
         import cloudpickle
 
         from fray_core.joblog import LogSink
+        from fray_core.records import _encode as encode_record
         from fray_core.runner import RetryPolicy
         from fray_core.supervisor import Supervisor
         from fray_core.types import JobInfo, JobRequest, JobStatus
@@ -240,7 +240,7 @@ class _Job:
         record = settings.get("record")
         assume = getattr(self.store.fs, "assume_inline", None)
         if assume is not None and isinstance(record, dict) and record.get("job_id") == job_id:
-            if len(json.dumps(record, default=str)) < KV_INLINE // 2:
+            if len(encode_record(record)) <= KV_INLINE:  # as the client wrote it: inline, no chunks
                 assume(self.store.record_path(job_id))
         else:
             record = self.store.read(job_id)

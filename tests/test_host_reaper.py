@@ -168,3 +168,77 @@ sys.stdin.readline()
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_a_host_after_its_workers_reaper_was_killed_gets_a_new_reaper() -> None:
+    """A reaper killed (out of memory, by hand) must not fail every later host of its worker: the next host
+    starts another one, which kills that host's processes at its end."""
+    script = r"""
+import os, signal, subprocess, sys, time
+from fray_ray import _host
+
+first = _host._Reaper()
+first.finish()
+reaper_pid = None
+for d in os.listdir("/proc"):
+    try:
+        args = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if len(args) >= 4 and args[-3] == str(os.getpid()).encode() and b"sweep" in args[-4]:
+        reaper_pid = int(d)
+os.kill(reaper_pid, signal.SIGKILL)
+def gone(pid):
+    try:
+        return open("/proc/%d/stat" % pid, "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+while not gone(reaper_pid):
+    time.sleep(0.01)
+second = _host._Reaper()  # the dead reaper's pipe: a new one is started
+child = subprocess.Popen(["sleep", "120"], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
+second.finish()
+print(child, flush=True)
+sys.stdin.readline()
+"""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=ROOT,
+    )  # fmt: skip
+    child = None
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        line = worker.stdout.readline()
+        assert line.strip(), worker.stderr.read() if worker.stderr else ""
+        child = int(line)
+        wait_for(lambda: not pid_alive(child), timeout=20, what="the host's child to be killed by the new reaper")
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        assert worker.wait(timeout=30) == 0
+    finally:
+        worker.kill()
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def test_a_hosts_output_reaches_its_log_whatever_the_workers_fd_numbers() -> None:
+    """A reused worker's fds pass 1024 over its tasks: the host's output pipe must still be read (select()
+    cannot watch an fd >= 1024; a reader that died left every print failing with a broken pipe)."""
+    script = r"""
+import os, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+from fray_ray._host import _LogPump
+pump = _LogPump("t", None)
+print("through the pump", flush=True)
+pump.close()
+print("tail:", list(pump.tail), flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "tail: ['through the pump']" in out.stdout, out.stdout + out.stderr

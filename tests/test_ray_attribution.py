@@ -183,6 +183,11 @@ def test_a_hosts_heartbeat_is_aged_by_the_supervisors_clock_not_the_hosts(ray_tp
         assert 0 <= beats[behind].age < 5 and 0 <= beats[ahead].age < 5, beats
         again = provider.heartbeats([behind, ahead])  # unchanged since: older, by this process's clock
         assert again[behind].age >= beats[behind].age and again[behind].age < 5
+        # a host removes its key as it ends, before its result is in: it beat, so it is not "silent" now
+        # (a startup_timeout would call it stalled at startup and throw its result away)
+        gcs.internal_kv_del(keys[0], False, b"fray")
+        ended = provider.heartbeats([behind, ahead])
+        assert behind in ended and ended[behind].step == 7 and ended[behind].age >= again[behind].age
     finally:
         for k in keys:
             gcs.internal_kv_del(k, False, b"fray")

@@ -65,3 +65,19 @@ def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         ev.wait(0.01)
     return cond()
+
+
+def test_a_forked_child_runs_its_work_though_the_parents_idle_threads_did_not_come_with_it() -> None:
+    import os
+
+    pool = ThreadPool("t-fork", keep=30)
+    done = threading.Event()
+    pool.submit(done.set)
+    assert done.wait(10) and _wait(lambda: pool._idle == 1)  # an idle thread waits in the parent
+    pid = os.fork()
+    if pid == 0:  # the child: no thread came with the fork; work must still run
+        ran = threading.Event()
+        pool.submit(ran.set)
+        os._exit(0 if ran.wait(10) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
