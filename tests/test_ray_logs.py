@@ -121,7 +121,7 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     monkeypatch.setattr(ray, "wait", lambda refs, **kw: ([], list(refs)))  # the batch in flight never completes
     pump = _host._LogPump.__new__(_host._LogPump)  # its state only: no fds redirected
     pump.tag, pump.supervisor, pump._pending, pump._dropped, pump._last_send = "s0/h0", Stuck, [], 0, None
-    pump.job_id = "job-1"
+    pump.job_id, pump._closed = "job-1", False
     pump._lock = threading.Lock()
     pump.tail = collections.deque(maxlen=5)
     for i in range(10):

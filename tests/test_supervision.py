@@ -551,17 +551,31 @@ def test_a_planted_record_cannot_write_to_the_terminal(
         assert "\\x1b" in out + err, (argv, out, err)  # shown, escaped
 
 
+def _provider_held_until(event: threading.Event) -> Any:
+    """An in-memory provider whose ``acquire`` waits for ``event``: the job's first change ("waiting for ...")
+    is then still the newest state when the writer takes it (a writer thread kept idle by the process takes
+    work a little later than a fresh one started for it: without this the job could end first, and the final
+    record would rightly replace that state unwritten)."""
+    from fray_core.clock import FakeClock
+    from fray_core.testing import InMemorySliceProvider
+
+    class Held(InMemorySliceProvider):
+        def acquire(self, *args: Any, **kwargs: Any) -> Any:
+            assert event.wait(60)
+            return super().acquire(*args, **kwargs)
+
+    return Held({}, FakeClock(), host_delay=1.0)
+
+
 def test_a_remote_store_writes_states_behind_the_job_newest_only_and_never_after_the_final_one(
     tmp_path: Path,
 ) -> None:
     """To a remote store (Ray's KV, ``gs://``; ``memory://`` here) a state that is not final is written behind
     the job: a store that hangs does not hold the runner up, states that came while a write was in flight
     are replaced by the newest, and the final record waits for the write in flight and is the last one."""
-    from fray_core.clock import FakeClock
     from fray_core.joblog import LogSink
     from fray_core.runner import RetryPolicy
     from fray_core.supervisor import Supervisor
-    from fray_core.testing import InMemorySliceProvider
 
     gate = threading.Event()
     blocked = threading.Event()
@@ -580,7 +594,7 @@ def test_a_remote_store_writes_states_behind_the_job_newest_only_and_never_after
     assert not store.is_local
     job_id = store.new_job("wb")
     request = _req("wb")
-    provider = InMemorySliceProvider({}, FakeClock(), host_delay=1.0)
+    provider = _provider_held_until(blocked)
     sup = Supervisor(
         store, request, provider, LogSink(str(tmp_path / "job.log")),
         info=JobInfo(job_id=job_id, name="wb", status=JobStatus.PENDING), policy=RetryPolicy(poll_interval=0.05),
@@ -608,20 +622,20 @@ def test_a_state_written_behind_that_lands_after_the_final_record_is_followed_by
     final record once more, so the record ends final (a poll would otherwise read a SUCCEEDED job as PENDING
     with its supervisor gone)."""
     from fray_core import supervisor as supervisor_module
-    from fray_core.clock import FakeClock
     from fray_core.joblog import LogSink
     from fray_core.runner import RetryPolicy
     from fray_core.supervisor import Supervisor
-    from fray_core.testing import InMemorySliceProvider
 
     monkeypatch.setattr(supervisor_module, "WRITE_BEHIND_WAIT", 0.2)
     gate = threading.Event()
+    blocked = threading.Event()
 
     class HangingStore(JobStore):
         written: list[str] = []
 
         def write_record(self, job_id: str, record: dict[str, Any]) -> None:
             if record["progress"] is not None and record["status"] == "PENDING":
+                blocked.set()
                 assert gate.wait(60)
             self.written.append(record["status"])
             super().write_record(job_id, record)
@@ -629,7 +643,7 @@ def test_a_state_written_behind_that_lands_after_the_final_record_is_followed_by
     store = HangingStore(f"memory://fray-late-final-{os.getpid()}/jobs")
     job_id = store.new_job("late")
     sup = Supervisor(
-        store, _req("late"), InMemorySliceProvider({}, FakeClock(), host_delay=1.0),
+        store, _req("late"), _provider_held_until(blocked),
         LogSink(str(tmp_path / "job.log")), info=JobInfo(job_id=job_id, name="late", status=JobStatus.PENDING),
         policy=RetryPolicy(poll_interval=0.05), owner={"owner": {"test": 1}}, label="test",
     )  # fmt: skip
