@@ -457,12 +457,16 @@ def notice_key(job_id: str, attempt: int | str) -> str:
 
 class _DrainWatch:
     """The job's preemption notice (a drain with a deadline: the autoscaler's, a GKE maintenance event's,
-    which the job's supervisor sees in the cluster's draining nodes and puts under :func:`notice_key`):
-    write the deadline where ``fray_core.preemption_notice()`` reads it, then SIGTERM the host (the TPU VM
-    convention JAX's preemption sync point listens for). Watched from the host's own process, because a
-    drained node takes no new task: nothing sent from outside could reach the host any more. One key read a
-    second per host (O(1) for the GCS); it asked Ray for the draining nodes before, whose handler walks every
-    node of the cluster (8 ms of GCS work a call at 16,000 hosts, once a second per host: issue 29).
+    which the job's supervisor sees in the cluster's draining nodes): write the deadline where
+    ``fray_core.preemption_notice()`` reads it, then SIGTERM the host (the TPU VM convention JAX's preemption
+    sync point listens for). Watched from the host's own process, because a drained node takes no new task:
+    nothing sent from outside could reach the host any more.
+
+    How the notice comes: the supervisor process's notice board (``fray_ray._notices``), a Ray object this
+    process waits for (the supervisor answers when a notice is posted: no GCS call while none comes). A host
+    without one (its supervisor process gone, the job adopted by another) reads :func:`notice_key` in Ray's
+    KV once a second instead, which every supervisor also writes. The KV read a second per host was the
+    only way before: 16,000 GCS calls a second for a job of 16,000 hosts (issue 29).
 
     One thread per process watches the hosts it runs (one at a time, in a worker Ray reuses for hundreds of
     them), not a thread per host (issue 29)."""
@@ -470,14 +474,18 @@ class _DrainWatch:
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self._lock = threading.Lock()
-        self._hosts: dict[str, tuple[HostProcess, str | None, bytes]] = {}  # by token
+        # by token: the host, its notice file, its KV key, its board key and its board ref (None: read the KV)
+        self._hosts: dict[str, list[Any]] = {}
         self._thread_pid: int | None = None  # the process whose thread runs (a fork has none)
 
-    def add(self, me: HostProcess, notice_file: str | None) -> None:
-        """Watch the host of this process ``me`` (until :meth:`remove`) for its job's notice."""
-        key = notice_key(os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")).encode()
+    def add(self, me: HostProcess, notice_file: str | None, board: Any = None) -> None:
+        """Watch the host of this process ``me`` (until :meth:`remove`) for its job's notice; ``board``: the
+        ref of its supervisor's current notice epoch (``None``: read the KV key)."""
+        from fray_ray._notices import board_key
+
+        job, attempt = os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")
         with self._lock:
-            self._hosts[me.token] = (me, notice_file, key)
+            self._hosts[me.token] = [me, notice_file, notice_key(job, attempt).encode(), board_key(job, attempt), board]
             if self._thread_pid == os.getpid():
                 return
             threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
@@ -490,41 +498,71 @@ class _DrainWatch:
     def _loop(self) -> None:
         import ray
 
-        from fray_core.hostapi import write_notice
-
         gcs = ray._private.worker.global_worker.gcs_client
         while True:
-            time.sleep(self.interval)
             with self._lock:
-                hosts = list(self._hosts.items())
-            for token, (me, notice_file, key) in hosts:
+                hosts = [(token, list(h)) for token, h in self._hosts.items()]
+            boards = list({id(h[4]): h[4] for _, h in hosts if h[4] is not None}.values())
+            ready: set[int] = set()
+            if boards:  # answered by the supervisor process as soon as a notice is posted
                 try:
-                    value = gcs.internal_kv_get(key, b"fray", timeout=5)
-                except Exception:
-                    continue  # the GCS is busy or restarting: ask again
-                if not value:
-                    continue
+                    done, _ = ray.wait(boards, num_returns=len(boards), timeout=self.interval, fetch_local=True)
+                    ready = {id(r) for r in done}
+                except Exception:  # noqa: BLE001 - read each below: a failed one falls back to the KV
+                    ready = {id(r) for r in boards}
+            else:
+                time.sleep(self.interval)
+            for token, (me, notice_file, kv_key, board_key, board) in hosts:
+                deadline: float | None = None
+                if board is not None:
+                    if id(board) not in ready:
+                        continue
+                    try:
+                        notices, after = ray.get(board, timeout=5)
+                        deadline = notices.get(board_key)
+                        after = after[0]
+                    except Exception:  # noqa: BLE001 - the supervisor process is gone: the KV key from now on
+                        after = None
+                    if deadline is None:
+                        with self._lock:
+                            if token in self._hosts:
+                                self._hosts[token][4] = after
+                        continue
+                else:
+                    try:
+                        value = gcs.internal_kv_get(kv_key, b"fray", timeout=5)
+                    except Exception:
+                        continue  # the GCS is busy or restarting: ask again
+                    if not value:
+                        continue
+                    try:
+                        deadline = float(value.decode())
+                    except ValueError:
+                        deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
                 with self._lock:
                     if self._hosts.pop(token, None) is None:
                         continue  # the host ended meanwhile: the notice is not for what runs here now
-                try:
-                    deadline = float(value.decode())
-                except ValueError:
-                    deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
-                try:
-                    if notice_file:
-                        write_notice(notice_file, deadline)
-                    print(
-                        f"[fray] preemption notice: this slice goes at {deadline:.3f}; SIGTERM",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                except Exception:  # noqa: BLE001 - the SIGTERM below is the notice that matters
-                    pass
-                try:
-                    signal_host(me, signal.SIGTERM)
-                except Exception:  # noqa: BLE001 - one host's failure must not end the watch of the next
-                    pass
+                _deliver_notice(me, notice_file, deadline, "its supervisor" if board is not None else "Ray's KV")
+
+
+def _deliver_notice(me: HostProcess, notice_file: str | None, deadline: float, via: str) -> None:
+    """Write the notice's deadline for ``preemption_notice()`` and SIGTERM the host; ``via``: whence it came."""
+    from fray_core.hostapi import write_notice
+
+    try:
+        if notice_file:
+            write_notice(notice_file, deadline)
+        print(
+            f"[fray] preemption notice (from {via}): this slice goes at {deadline:.3f}; SIGTERM",
+            file=sys.stderr,
+            flush=True,
+        )
+    except Exception:  # noqa: BLE001 - the SIGTERM below is the notice that matters
+        pass
+    try:
+        signal_host(me, signal.SIGTERM)
+    except Exception:  # noqa: BLE001 - one host's failure must not end the watch of the next
+        pass
 
 
 _DRAINS = _DrainWatch()
@@ -552,6 +590,8 @@ class HostConfig:
     job_id: str = ""  # the job's id, with which the host's calls to its (shared) supervisor name it
     # the worker may run other tasks after this one (a CPU replica's): undo what the host changed in it
     shared_worker: bool = False
+    # the ref of the supervisor process's current notice epoch (``fray_ray._notices``); None: read the KV
+    notice_board: Any = None
 
 
 class _LogPump:
@@ -779,7 +819,7 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
                 _write_mark(reaper.token)
             config.supervisor.host_started.remote(config.job_id, tag, me)
             unbeat = _beat_to_gcs(f"fray-hb:{env.get('FRAY_JOB_ID', '')}:{tag}")
-            _DRAINS.add(me, os.environ.get("FRAY_NOTICE_FILE"))
+            _DRAINS.add(me, os.environ.get("FRAY_NOTICE_FILE"), config.notice_board)
         try:
             if payload[0] == "run":
                 _run_binary(payload[1], where, pump)

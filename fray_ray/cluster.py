@@ -45,6 +45,7 @@ from fray_ray.provider import QUEUE_TTL
 from fray_ray.scheduler import ACTOR_RESOURCE
 from fray_ray.supervisor import (
     JOBS_PER_SUPERVISOR,
+    NOTICE_GROUP,
     WAIT_GROUP,
     WAIT_THREADS,
     JobSupervisor,
@@ -101,7 +102,10 @@ UNMARK_IDLE = 5.0  # seconds the thread that removes launching markers waits for
 # Threads of a supervisor actor's default group (its hosts' reports and log batches, stop, ping): each call
 # returns at once, so a few serve thousands of hosts; 64 made each supervisor ~107 threads (issue 29).
 SUPERVISOR_THREADS = 8
-_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS}, enable_task_events=False)(JobSupervisor)
+# The notice group: one call waits at a time (the next epoch's starts as the last returns: 2 threads).
+_Supervisor = ray.remote(concurrency_groups={WAIT_GROUP: WAIT_THREADS, NOTICE_GROUP: 2}, enable_task_events=False)(
+    JobSupervisor
+)
 
 
 @attrs.define

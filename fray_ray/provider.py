@@ -77,6 +77,7 @@ from fray_ray._host import (
     run_shared_host,
     signal_host,
 )
+from fray_ray._notices import BOARD, board_key
 from fray_ray.scheduler import SchedulerBehind, SchedulerClient
 from fray_ray.slices import (
     POD_TYPE_LABEL,
@@ -124,6 +125,7 @@ _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned
 NOTICE_DEFAULT_GRACE = 30.0
 INLINE_ENTRY_LIMIT = 100 * 1024  # Ray inlines task arguments up to 100 KB in the task spec
 RESERVE_GRACE = 10.0  # seconds a reservation may run past a short acquire round once capacity looked free
+GROUP_CHECK_S = 10.0  # seconds between lookups of a running lease's placement group (see _check_health)
 HEALTH_INTERVAL = 1.0  # seconds between checks of the leases' placement groups (and of the shared view: view.py)
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished host's result before it is taken as lost
 STACKS_WAIT = 10.0  # seconds dump_stacks waits for the hosts' stacks to reach the job log (a worker may start first)
@@ -162,6 +164,7 @@ class _Reservation:
     bundle: dict[str, float] | None = None
     since: float = 0.0
     no_room_since: float | None = None
+    group_checked: float = float("-inf")  # when its group was last looked up (RaySliceProvider._check_health)
 
     def remove(self) -> None:
         if self.removed:
@@ -195,6 +198,50 @@ class _Drains:
     def of(cls, namespace: str) -> _Drains:
         with cls._all_lock:
             return cls._all.setdefault(namespace, cls())
+
+
+class _NodeLiveness:
+    """Which nodes the GCS says are dead, for every lease of the process: one ``CheckAlive`` a second for the
+    nodes of all its running jobs (O(1) per node for the GCS), where each job looked up each of its placement
+    groups every second (one call a second per slice per job: issue 29). A node seen dead stays dead (Ray
+    never reuses a node id). A node first asked about is answered by the next check (at most a second)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted: dict[str, float] = {}  # node -> when a job last asked about it (monotonic)
+        self._dead: set[str] = set()
+        self._at = float("-inf")
+        self._asking = False
+
+    def dead(self, nodes: frozenset[str], now: float) -> set[str]:
+        """The ones of ``nodes`` seen dead; asks the GCS (for every job's nodes) when the last ask is a
+        ``HEALTH_INTERVAL`` old."""
+        with self._lock:
+            for node in nodes:
+                self._wanted[node] = now
+            ask = not self._asking and now - self._at >= HEALTH_INTERVAL
+            if ask:
+                self._asking, self._at = True, now
+                # nodes no job asked about for a while are not asked after any more
+                self._wanted = {n: t for n, t in self._wanted.items() if now - t < 5 * HEALTH_INTERVAL}
+                wanted = [n for n in self._wanted if n not in self._dead]
+        if ask:
+            try:
+                if wanted:
+                    gcs = ray._private.worker.global_worker.gcs_client
+                    alive = gcs.check_alive([NodeID.from_hex(n) for n in wanted], timeout=DRAIN_ASK_WAIT * 20)
+                    with self._lock:
+                        self._dead.update(n for n, up in zip(wanted, alive) if not up)
+            except Exception:  # noqa: BLE001 - the GCS is busy: the next check asks again
+                pass
+            finally:
+                with self._lock:
+                    self._asking = False
+        with self._lock:
+            return self._dead.intersection(nodes)
+
+
+_LIVENESS = _NodeLiveness()
 
 
 @attrs.define(eq=False)
@@ -252,6 +299,7 @@ class RaySliceProvider(SliceProvider):
         self.log = log  # writes one line of the job log under a host's tag (the supervisor's LogSink.write)
         self._stacks: dict[str, float | None] | None = None  # during dump_stacks: tag -> when its stacks last came
         self._detection: float | None = None  # detection_delay, once the cluster's config was read
+        self._host_failed_at = float("-inf")  # when a host of this job last ended other than well (_check_health)
         self.scheduler = (
             scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
         )
@@ -260,6 +308,7 @@ class RaySliceProvider(SliceProvider):
         self.non_preemptible_tpu_label = non_preemptible_tpu_label
         self.host_config = host_config
         self._shared_config = attrs.evolve(host_config, shared_worker=True)  # a CPU replica's (see _start_host)
+        self._board_configs: tuple[Any, HostConfig, HostConfig] | None = None  # see _config_for
         self.runtime_env = runtime_env or None
         self.non_preemptible_resource = non_preemptible_resource
         self.autoscaling = autoscaling
@@ -838,9 +887,22 @@ class RaySliceProvider(SliceProvider):
                 name=f"fray:{self.job_id}:{tag}",
                 **opts,
             )
-            .remote(entry, env, tag, where, self._shared_config if shared else self.host_config)
+            .remote(entry, env, tag, where, self._config_for(shared))
         )
         return HostRun(lease=lease, slice_index=s, host_index=h, handle=_Task(ref, tag=tag))
+
+    def _config_for(self, shared: bool) -> HostConfig:
+        """The host config of a new host task, with the supervisor process's current notice epoch (see
+        ``fray_ray._notices``; none outside a supervisor actor: the hosts read the KV key)."""
+        board = BOARD.ref()
+        cached = self._board_configs
+        if cached is None or cached[0] is not board:
+            cached = self._board_configs = (
+                board,
+                attrs.evolve(self.host_config, notice_board=board),
+                attrs.evolve(self._shared_config, notice_board=board),
+            )
+        return cached[2] if shared else cached[1]
 
     def _notice_file(self, attempt: int) -> str:
         return os.path.join(tempfile.gettempdir(), f"fray-notice-{self.job_id}-a{attempt}")
@@ -986,10 +1048,13 @@ class RaySliceProvider(SliceProvider):
                 self._stacks[tag] = time.monotonic()
 
     def announce_preemption(self, runs: Sequence[HostRun], deadline: float) -> None:
-        """Put the deadline where the hosts of these runs' attempts look once a second (Ray's KV,
-        ``_host.notice_key``): a drained node takes no new task, so nothing pinned there could deliver it;
-        each host then writes it into its FRAY_NOTICE_FILE and SIGTERMs itself (``_host._watch_drain``)."""
+        """Post the deadline on the process's notice board, which the hosts of these runs' attempts wait on
+        (``fray_ray._notices``), and put it in Ray's KV (``_host.notice_key``), which a host whose board is
+        gone reads once a second: a drained node takes no new task, so nothing sent there could deliver it;
+        each host then writes it into its FRAY_NOTICE_FILE and SIGTERMs itself (``_host._DrainWatch``)."""
         attempts = {str(r.handle.tag).split(" ", 1)[0].lstrip("a") for r in runs if r.handle is not None}
+        for attempt in attempts:
+            BOARD.post(board_key(self.job_id, attempt), deadline)
         try:
             gcs = ray._private.worker.global_worker.gcs_client
             self._noticed = True
@@ -1085,27 +1150,38 @@ class RaySliceProvider(SliceProvider):
                 out.append(HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"SliceLost: {lost}"))
         return out
 
-    @staticmethod
-    def _check_health(leases: Any) -> None:
-        """Mark leases whose placement group left CREATED (Ray's own state, no text).
+    def _check_health(self, leases: Any) -> None:
+        """Mark leases lost (Ray's own state, no text): a node of the lease dead (the process's one
+        ``CheckAlive`` a second, :class:`_NodeLiveness`), or its placement group out of CREATED.
 
-        One lookup by id per lease, of the group holding every host (the first: a slice's head group sits
-        on worker 0, a node of the host group too): the GCS moves a group to RESCHEDULING as soon as it
-        marks a node of it dead, so this sees a lost node as early as the node table would, at a cost that
-        does not grow with the cluster (the node table's does: issue 29).
+        The group of each lease (the first: a slice's head group sits on worker 0, a node of the host group
+        too) is looked up by id at most every ``GROUP_CHECK_S`` while the job runs well, every check for
+        ``detection_delay`` after one of its hosts failed (when attribution looks: a group removed under the
+        job), and until its nodes are known. The GCS moves a group to RESCHEDULING when it marks a node of it
+        dead, the moment the node is dead for ``CheckAlive`` too: what the group adds is a group removed by
+        someone else. Neither read grows with the cluster (the node table's does: issue 29).
 
         A lease that reserves nothing (one replica queued by Ray) has no group: once its host reported in, its
-        node is asked after by id (Ray's ``CheckAlive``, all such leases in one call). Without that, a node lost
-        under a one-replica job whose host's worker Ray reports crashed (not NodeDied) was the job's failure."""
-        placed: dict[str, list[_Reservation]] = {}
+        node is asked after the same way. Without that, a node lost under a one-replica job whose host's
+        worker Ray reports crashed (not NodeDied) was the job's failure."""
+        now = time.monotonic()
+        every = self._host_failed_at > float("-inf") and now - self._host_failed_at < self.detection_delay
         for lease in leases:
             res: _Reservation | None = lease.handle[0] if lease.handle is not None else None
             if res is None or res.lost is not None or res.removed:
                 continue
-            if not res.groups:
-                for node in res.nodes:
-                    placed.setdefault(node, []).append(res)
+            dead = _LIVENESS.dead(res.nodes, now) if res.nodes else set()
+            if dead:
+                what = f"node(s) {', '.join(sorted(d[:12] for d in dead))}"
+                res.lost = (
+                    f"{_lease_name(lease)}: {what} of it dead (Ray's GCS)"
+                    if res.groups
+                    else f"ray: the node of the job's one replica ({min(dead)[:12]}) is dead (Ray's GCS)"
+                )
                 continue
+            if not res.groups or (res.nodes and not every and now - res.group_checked < GROUP_CHECK_S):
+                continue
+            res.group_checked = now
             pg = res.groups[0]
             table = placement_group_table(pg)
             state = table.get("state")
@@ -1121,19 +1197,14 @@ class RaySliceProvider(SliceProvider):
                     f"{_lease_name(lease)}: placement group {pg.id.hex()[:12]} was placed again on node(s) "
                     f"{', '.join(m[:12] for m in moved)} (a node of it died)"
                 )
-        if placed:
-            nodes = list(placed)
-            try:
-                gcs = ray._private.worker.global_worker.gcs_client
-                alive = gcs.check_alive([NodeID.from_hex(n) for n in nodes], timeout=DRAIN_ASK_WAIT * 20)
-            except Exception:
-                return  # the GCS is busy: next time
-            for node, up in zip(nodes, alive):
-                for res in placed[node] if not up else ():
-                    if res.lost is None and not res.removed:
-                        res.lost = f"ray: the node of the job's one replica ({node[:12]}) is dead (Ray's GCS)"
 
     def _outcome(self, run: HostRun) -> HostOutcome:
+        out = self._outcome_of(run)
+        if out.kind is not HostOutcomeKind.SUCCEEDED:  # attribution looks at the leases now: every group too
+            self._host_failed_at = time.monotonic()
+        return out
+
+    def _outcome_of(self, run: HostRun) -> HostOutcome:
         task: _Task = run.handle
         try:
             value = ray.get(task.ref, timeout=RESULT_TIMEOUT)

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from fray_ray._notices import BOARD
+
 # Only ray and the standard library at import: every process that unpickles a handle of this actor (each
 # host task gets one, to report in and send its log) imports this module to load the class, and the
 # runner, the job store and the provider below cost a host ~70 ms of CPU at start-up (bench/NOTES.md).
@@ -77,6 +79,7 @@ __all__ = [
     "JobSupervisor",
     "JOBS_PER_SUPERVISOR",
     "HOSTS_PER_SUPERVISOR",
+    "NOTICE_GROUP",
     "WAIT_GROUP",
     "WAIT_THREADS",
     "supervisor_name",
@@ -97,6 +100,7 @@ JOBS_PER_SUPERVISOR = 1024
 # a second): a job larger than that gets a process of its own.
 HOSTS_PER_SUPERVISOR = 512
 WAIT_GROUP = "wait"  # the actor's concurrency group of ``wait_ended`` calls
+NOTICE_GROUP = "notice"  # the actor's concurrency group of ``notice_board`` calls: one waits at a time
 WAIT_THREADS = 4  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
 # (a client waits on all its jobs of one supervisor with one call)
 MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
@@ -362,6 +366,7 @@ class JobSupervisor:
             self._warming = threading.Thread(target=self._warm_up, args=(warm,), daemon=True, name="fray-warm-up")
             self._warming.start()
         threading.Thread(target=self._expire, daemon=True, name="fray-supervisor-expiry").start()
+        BOARD.attach(lambda epoch: ray.get_runtime_context().current_actor.notice_board.remote(epoch))
 
     def _warm_up(self, warm: dict[str, Any]) -> None:
         """While idle, do what every job's start needs first, off its critical path (measured: ~20 ms per
@@ -400,6 +405,7 @@ class JobSupervisor:
 
     @staticmethod
     def _terminate() -> None:
+        BOARD.close()  # its waiting call would hold up the actor's exit
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
     def upload_logs(self) -> None:
@@ -542,6 +548,14 @@ class JobSupervisor:
             job.log.write(tag, line)
         if job.provider is not None:
             job.provider.saw_log(tag, lines)  # a stalled host's stacks arriving (see RaySliceProvider.dump_stacks)
+
+    @ray.method(concurrency_group=NOTICE_GROUP)
+    def notice_board(self, epoch: int) -> tuple[dict[str, float], list[Any]]:
+        """One epoch of this process's preemption notices (``fray_ray._notices``): returns when a notice is
+        posted after ``epoch`` began (or ``ROLL_S`` passed) with every notice still current and, in a list (a
+        ref nested, so Ray does not resolve it), the ref of the next epoch's call, which it starts."""
+        notices, epoch = BOARD.wait(epoch)
+        return notices, [BOARD.next_epoch(epoch)]
 
     @ray.method(concurrency_group=WAIT_GROUP)
     def wait_ended(self, job_ids: list[str], timeout: float) -> bool:

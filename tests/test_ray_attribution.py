@@ -29,6 +29,7 @@ def checkpoints_on_notice(flags: str) -> str:
 
     def on_term(signum: int, frame: object) -> None:
         Path(flags, f"checkpoint-{os.environ['FRAY_HOST_ID']}").write_text(repr(fray_core.preemption_notice()))
+        time.sleep(1.0)  # a checkpoint takes a while: the host's output (the notice's line) reaches the log
         os._exit(1)  # a non-zero exit after a notice still costs no failure budget
 
     signal.signal(signal.SIGTERM, on_term)
@@ -60,6 +61,9 @@ def test_a_drain_for_preemption_is_a_notice_the_users_handler_gets_with_its_dead
         assert float((tmp_path / f"checkpoint-{h}").read_text()) == pytest.approx(deadline, abs=0.01)
     assert (info.attempts[0].ended_at or 0) < t0 + 20.0  # the hosts were stopped before the deadline
     assert info.attempts[1].slices != [name]  # not on the draining slice
+    # pushed by the supervisor process (its notice board), not read from Ray's KV once a second by every host
+    notices = [line for line in cluster.logs(job) if "[fray] preemption notice" in line]
+    assert len(notices) == 2 and all("(from its supervisor)" in line for line in notices), notices
     ray_tpu_cluster.wait_settled()
 
 
