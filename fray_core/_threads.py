@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-__all__ = ["ThreadPool"]
+__all__ = ["ThreadPool", "shared"]
 
 
 class ThreadPool:
@@ -81,3 +81,24 @@ class ThreadPool:
                         return
                     self._cv.wait(left)
                 fn, name = self._work.popleft()  # the submitter counted it against the idle threads
+
+
+_SHARED: ThreadPool | None = None
+_SHARED_LOCK = threading.Lock()
+SHARED_KEEP = 60.0  # seconds an idle thread of the shared pool waits for work (a supervisor between bursts)
+
+
+def shared() -> ThreadPool:
+    """The process's one pool, for every kind of short or long work (a job's thread, a record written behind,
+    an entrypoint pickled): an idle thread takes whatever comes next, so the process keeps one set of idle
+    threads, not one per kind.
+
+    >>> shared() is shared()
+    True
+    """
+    global _SHARED
+    if _SHARED is None:
+        with _SHARED_LOCK:
+            if _SHARED is None:
+                _SHARED = ThreadPool("fray-idle", keep=SHARED_KEEP)
+    return _SHARED

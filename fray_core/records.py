@@ -448,10 +448,12 @@ class JobStore:
         record.update(extra)
         return record
 
-    def write_record(self, job_id: str, record: dict[str, Any]) -> None:
-        """Write a record made by :meth:`record_of`, atomically (see :meth:`write`)."""
+    def write_record(self, job_id: str, record: dict[str, Any]) -> int:
+        """Write a record made by :meth:`record_of`, atomically (see :meth:`write`); returns its size in bytes."""
         self._make_job_dir(job_id)
-        self._write_atomic(job_id, RECORD, _encode(record))
+        data = _encode(record)
+        self._write_atomic(job_id, RECORD, data)
+        return len(data)
 
     def write_final(self, info: JobInfo, **extra: Any) -> str | None:
         """Write a job's final (terminal) record, whatever it takes; ``None`` once written, else why it

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fray_core._logupload import append_upload
-from fray_core._threads import ThreadPool
+from fray_core._threads import shared as shared_threads
 from fray_core.cluster import Cluster
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
@@ -40,7 +40,6 @@ START_TIMEOUT = 10.0  # seconds between a waiting supervisor thread's looks at i
 # seconds a final record waits for a write-behind of an earlier state still in flight (see Supervisor.persist);
 # a remote store's own calls time out sooner (Ray's KV: 30 s), so this only bounds a store that does not
 WRITE_BEHIND_WAIT = 120.0
-_WRITERS = ThreadPool("fray-record-writer")  # the threads that write records behind the runners (persist)
 
 
 def check_picklable(request: JobRequest) -> None:
@@ -174,7 +173,7 @@ class Supervisor:
                 return
             self._writing = True
         try:
-            _WRITERS.submit(self._writer, name=f"fray-record-{self.job_id}")
+            shared_threads().submit(self._writer, name=f"fray-record-{self.job_id}")
         except RuntimeError:  # no thread to be had: write it here
             self._writer()
 

@@ -470,7 +470,7 @@ class RayCluster(RecordCluster):
         """Write the job's record naming its supervisor ``name``, and hand the record over with the job: the
         supervisor need not read it back (``_check_store`` made sure it can; issue 29: one GCS call a job)."""
         record = self.store.record_of(info, owner=self._owner(name))
-        self.store.write_record(info.job_id, record)
+        job[2]["record_size"] = self.store.write_record(info.job_id, record)
         job[2]["record"] = record
 
     def _mark_launching(self, job_id: str) -> None:

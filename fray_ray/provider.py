@@ -50,7 +50,7 @@ from ray._raylet import NodeID
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from fray_core._threads import ThreadPool
+from fray_core._threads import shared as shared_threads
 from fray_core.errors import HostPreempted, Unschedulable
 from fray_core.provider import (
     Heartbeat,
@@ -117,7 +117,6 @@ _host_task = ray.remote(max_calls=1)(run_host)  # a fresh worker process per TPU
 # takes max_calls from the remote function only (not .options()): a function of its own, so that Ray's
 # function table does not mix it up with the fresh-worker one.
 SHARED_WORKER_CALLS = 256
-_PICKLERS = ThreadPool("fray-pickle-idle")  # the threads that pickle the jobs' entrypoints (prepare_entry)
 _shared_host_task = ray.remote(max_calls=SHARED_WORKER_CALLS)(run_shared_host)
 _signal_task = ray.remote(num_cpus=0, max_retries=0)(signal_host)  # pinned to a host's node: SIGTERM its processes
 _stacks_task = ray.remote(num_cpus=0, max_retries=0)(dump_host_stacks)  # pinned to a host's node: its stacks
@@ -811,7 +810,7 @@ class RaySliceProvider(SliceProvider):
                 future.set_exception(e)
 
         self._entry_bytes = (id(entrypoint), future)
-        _PICKLERS.submit(pickle, name="fray-pickle-entrypoint")  # a thread kept for the next job (issue 29)
+        shared_threads().submit(pickle, name="fray-pickle-entrypoint")  # a thread kept for the next job (issue 29)
 
     def _entry_arg(self, entrypoint: Entrypoint, attempt: int) -> Any:
         """The pickled entrypoint as a host task argument, once per attempt.

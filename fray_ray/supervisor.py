@@ -56,18 +56,12 @@ def _import_job_modules() -> None:
     import fray_ray.provider  # noqa: F401
 
 
-_JOB_THREADS: Any = None  # the process's job threads (see _job_threads)
-
-
 def _job_threads() -> Any:
     """The pool of the jobs' threads: a thread whose job ended takes the next job (a thread start under a
-    busy GIL took milliseconds, issue 29; ``fray_core._threads``)."""
-    global _JOB_THREADS
-    if _JOB_THREADS is None:  # two racing starts may make two pools: harmless
-        from fray_core._threads import ThreadPool
+    busy GIL took milliseconds, issue 29; ``fray_core._threads``): the process's one shared pool."""
+    from fray_core._threads import shared
 
-        _JOB_THREADS = ThreadPool("fray-job-idle", keep=IDLE_AFTER_JOBS)
-    return _JOB_THREADS
+    return shared()
 
 
 def scheduler_key(settings: dict[str, Any]) -> tuple[Any, ...]:
@@ -225,7 +219,6 @@ class _Job:
         import cloudpickle
 
         from fray_core.joblog import LogSink
-        from fray_core.records import _encode as encode_record
         from fray_core.runner import RetryPolicy
         from fray_core.supervisor import Supervisor
         from fray_core.types import JobInfo, JobRequest, JobStatus
@@ -244,7 +237,7 @@ class _Job:
         record = settings.get("record")
         assume = getattr(self.store.fs, "assume_inline", None)
         if assume is not None and isinstance(record, dict) and record.get("job_id") == job_id:
-            if len(encode_record(record)) <= KV_INLINE:  # as the client wrote it: inline, no chunks
+            if settings.get("record_size", KV_INLINE + 1) <= KV_INLINE:  # as the client wrote it: inline, no chunks
                 assume(self.store.record_path(job_id))
         else:
             record = self.store.read(job_id)

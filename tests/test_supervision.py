@@ -583,12 +583,12 @@ def test_a_remote_store_writes_states_behind_the_job_newest_only_and_never_after
     class SlowStore(JobStore):
         written: list[tuple[str, str | None]] = []
 
-        def write_record(self, job_id: str, record: dict[str, Any]) -> None:
+        def write_record(self, job_id: str, record: dict[str, Any]) -> int:
             if record["progress"] is not None and record["status"] == "PENDING":  # the runner's first change
                 blocked.set()
                 assert gate.wait(60)
             self.written.append((record["status"], record["progress"]))
-            super().write_record(job_id, record)
+            return super().write_record(job_id, record)
 
     store = SlowStore(f"memory://fray-write-behind-{os.getpid()}/jobs")
     assert not store.is_local
@@ -633,12 +633,12 @@ def test_a_state_written_behind_that_lands_after_the_final_record_is_followed_by
     class HangingStore(JobStore):
         written: list[str] = []
 
-        def write_record(self, job_id: str, record: dict[str, Any]) -> None:
+        def write_record(self, job_id: str, record: dict[str, Any]) -> int:
             if record["progress"] is not None and record["status"] == "PENDING":
                 blocked.set()
                 assert gate.wait(60)
             self.written.append(record["status"])
-            super().write_record(job_id, record)
+            return super().write_record(job_id, record)
 
     store = HangingStore(f"memory://fray-late-final-{os.getpid()}/jobs")
     job_id = store.new_job("late")
