@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -200,6 +201,97 @@ def test_a_slice_removed_at_a_random_instant_of_the_phase_costs_one_retry(
                 f"{case}: a lost slice was counted as a failure: {outcomes} {info.attempts[0].cause}"
             )
         assert len(info.result) == 2 * len(info.attempts[-1].slices)
+
+
+def marked_host(marks: str, seconds: float) -> str:
+    """Says its pid when it starts and again when it ends; sleeps ``seconds`` in between."""
+    me = f"{os.environ['FRAY_JOB_ID']}-{os.environ.get('FRAY_SLICE_ID', 'r')}-{os.environ['FRAY_HOST_ID']}"
+    Path(marks, f"start-{me}").write_text(str(os.getpid()))
+    time.sleep(seconds)
+    Path(marks, f"end-{me}").write_text(str(os.getpid()))
+    return me
+
+
+def _live_owner(cluster: Any, job_id: str) -> tuple[dict[str, str], Any] | None:
+    owner = cluster.store.read(job_id)["owner"]
+    try:
+        return owner, ray.get_actor(owner["ray_actor"], namespace=owner["namespace"])
+    except ValueError:
+        return None  # gone (killed in an earlier case): the launch hands the job to a new one
+
+
+def _pid_of(actor: Any, out: list[int]) -> None:
+    try:
+        out.append(ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=60))
+    except Exception:  # noqa: BLE001 - killed before it answered: the test kills it through Ray
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_supervisor_killed_at_a_random_instant_ends_its_job_with_the_truth_never_a_hang(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    """The supervisor process of a job (a warm standby the launch hands the job to) dies at an instant drawn
+    over the job's whole life: the hand-over in flight, the slice being reserved or the task queued, the hosts
+    starting, running or ending. Whatever the instant: the job ends within the bound, SUCCEEDED (its answer
+    came, or a new supervisor took the job) or FAILED saying its supervisor is gone; never the user's failure;
+    no host it started outlives it; the slices come back."""
+    from fray_ray import RayCluster
+    from fray_ray.testing import FAST_RAY_POLICY
+
+    rng = random.Random(f"{SEED}-supervisor")
+    print(f"chaos seed {SEED} (replay: FRAY_CHAOS_SEED={SEED})")
+    ray_tpu_cluster.wait_settled()
+    cluster = RayCluster(address=ray_tpu_cluster.address, retry_policy=FAST_RAY_POLICY)
+    try:
+        for i in range(CASES):
+            wait_for(lambda: len(ray_tpu_cluster.slices().get(TPU, [])) == 2, timeout=120, what="both slices")
+            tpu = rng.random() < 0.5
+            seconds, delay = rng.choice([SHORT, LONG]), rng.uniform(0.0, 4.0)
+            kind = "v4-16 slice" if tpu else "one CPU replica"
+            print(f"seed {SEED} case {i}: {kind}, host {seconds}s, kill +{delay:.2f}s", flush=True)
+            marks = tmp_path / f"case-{i}"
+            marks.mkdir()
+            entry = Entrypoint(callable=marked_host, function_args={"marks": str(marks), "seconds": seconds})
+            resources = ResourceConfig.with_tpu(TPU) if tpu else ResourceConfig.with_cpu(cpu=1, ram="64m")
+            t0 = time.monotonic()
+            job_id = cluster.launch(
+                JobRequest(name="sup-chaos", entrypoint=entry, resources=resources, max_retries_failure=0)
+            )
+            # the supervisor the record names (a standby killed in an earlier case is replaced by a new one,
+            # which the record then names)
+            owner, handle = wait_for(lambda j=job_id: _live_owner(cluster, j), timeout=60, what="its supervisor")
+            pid: list[int] = []
+            threading.Thread(target=_pid_of, args=(handle, pid), daemon=True).start()
+            time.sleep(max(0.0, t0 + delay - time.monotonic()))
+            if pid:
+                print(f"  kill -9 {pid[0]} ({owner['ray_actor']})", flush=True)
+                os.kill(pid[0], signal.SIGKILL)
+            else:  # not up yet: killed through Ray (as its node's death would)
+                print(f"  ray.kill({owner['ray_actor']}) before it answered", flush=True)
+                ray.kill(handle, no_restart=True)
+            info = cluster.wait(job_id, timeout=JOB_BOUND)
+            outcomes = [a.outcome.value if a.outcome else None for a in info.attempts]
+            print(f"  -> {info.status.value} {outcomes} {(info.error or '')[:160]!r}", flush=True)
+            assert info.status in (JobStatus.SUCCEEDED, JobStatus.FAILED), (info.status, info.error)
+            if info.status is JobStatus.FAILED:
+                assert "supervisor" in (info.error or ""), info.error
+            assert info.failures == 0 and "FAILED" not in outcomes, (outcomes, info.error)
+            for start in marks.glob("start-*"):  # a host that did not end by itself dies with its job
+                if not (marks / start.name.replace("start-", "end-")).exists():
+                    host = int(start.read_text())
+                    wait_for(lambda p=host: not _pid_alive(p), timeout=60, what=f"host {start.name} ({host}) gone")
+            record = cluster.store.read(job_id)
+            wait_for(lambda j=job_id, r=record: not leftovers(j, r), timeout=CLEAN_BOUND, what="no group or actor left")
+    finally:
+        cluster.close()
 
 
 def test_after_the_chaos_a_two_slice_job_runs_and_all_capacity_is_back(ray_tpu_cluster: Any) -> None:
