@@ -18,7 +18,10 @@ figures (they are the same for every job, Fray or not).
 **Per job, at each N** (a steady window of ``--window`` seconds each, after the job settled): CPU seconds per
 second of the GCS process (``/proc``) and of the head node (the head raylet and every process under it: Fray's
 supervisor and scheduler actors, Ray's JobSupervisor actors and their entrypoints; plus the dashboard, its
-agents, the autoscaler monitor and log monitor), as the difference from the window before:
+agents, the autoscaler monitor and log monitor), as the difference from the window before. The head goal is
+read from the control plane's own processes (``control``: Fray's supervisor and scheduler actors, Ray's
+JobSupervisor actors; a process new in the window counted whole): the whole head's CPU moves by hundreds of
+ms/s between two windows with nothing of the job in it (bench/NOTES.md, 2026-11-28). The cases:
 
 - idle (baseline) -> Fray job RUNNING on the real slice (hosts sleep) -> + a Fray job QUEUED behind it -> +
   ``--queued`` - 1 more QUEUED (what each further one adds: the first carries the cluster's one view, which
@@ -179,6 +182,9 @@ def _threads(pid: int) -> int:
         return 0
 
 
+CONTROL_PROCESSES = ("JobSupervisor", "Scheduler")  # command-line marks of the control-plane actors (Head.control)
+
+
 class Head:
     """The processes of the emulated cluster's GCS and head node (all on this machine, children of this one)."""
 
@@ -204,6 +210,16 @@ class Head:
         head = self.pids()
         workers = [p for p in _tree([self.raylet], _children()) if p != self.raylet and "agent" not in _cmdline(p)]
         return _cpu(self.gcs), sum(_cpu(p) for p in head), sum(_cpu(p) for p in workers)
+
+    def control(self) -> dict[int, float]:
+        """pid -> CPU seconds so far of each control-plane process on the head: Fray's supervisor and scheduler
+        actors, Ray job submission's JobSupervisor actors (the per-job head CPU goal's subject: the whole head's
+        CPU moves by hundreds of ms/s between windows with nothing of a job in it)."""
+        return {
+            p: _cpu(p)
+            for p in _tree([self.raylet], _children())
+            if p != self.raylet and any(k in _cmdline(p) for k in CONTROL_PROCESSES)
+        }
 
     def memory(self) -> dict[int, tuple[float, float, str]]:
         """pid -> (PSS MB, private MB, command line) of every head process and the GCS."""
@@ -349,8 +365,10 @@ class Meter:
         """Rates over one window: GCS / head / head-workers CPU in ms per second, RPCs per second by method."""
         time.sleep(1.2)  # a fresh event-stats print at the start
         r0, e0, c0, t0 = gcs_rpc_counts(self.gcs_log), gcs_rpc_ms(self.gcs_log), self.head.cpu(), time.monotonic()
+        k0 = self.head.control()
         time.sleep(self.window)
         c1, t1 = self.head.cpu(), time.monotonic()
+        k1 = self.head.control()
         time.sleep(1.2)
         r1, e1 = gcs_rpc_counts(self.gcs_log), gcs_rpc_ms(self.gcs_log)
         dt = t1 - t0
@@ -360,6 +378,8 @@ class Meter:
             "gcs": 1000 * (c1[0] - c0[0]) / dt,
             "head": 1000 * (c1[1] - c0[1]) / dt,
             "workers": 1000 * (c1[2] - c0[2]) / dt,
+            # a process new in the window counts whole; one gone in it is missed (an idle supervisor exiting)
+            "control": 1000 * sum(v - k0.get(p, 0.0) for p, v in k1.items()) / dt,
             "rpcs": rpcs,
             "rpc_ms": rpc_ms,
         }
@@ -381,6 +401,7 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "gcs": a["gcs"] - b["gcs"],
         "head": a["head"] - b["head"],
         "workers": a["workers"] - b["workers"],
+        "control": a["control"] - b["control"],
         "rpcs": rpcs,
         "rpc_ms": rpc_ms,
         "gcs_rpc": sum(rpc_ms.values()),
@@ -665,7 +686,7 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
     )
     print(
         f"{'hosts':>6} {'case':<16} {'GCS ms/s':>9} {'GCS RPC ms/s':>13} {'head ms/s':>10} {'of which workers':>17}"
-        f"  top GCS RPCs/s (ms/s)"
+        f" {'control ms/s':>13}  top GCS RPCs/s (ms/s)"
     )
     for r in cpu:
         for case in ("fray_queued", "fray_queued_more", "fray_running", "ray_queued", "ray_running"):
@@ -676,7 +697,7 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
             rpcs = ", ".join(f"{k} {v:.2f} ({d['rpc_ms'].get(k, 0.0):.2f})" for v, k in top)
             print(
                 f"{r['n']:>6} {case:<16} {d['gcs']:>9.1f} {d['gcs_rpc']:>13.2f} {d['head']:>10.1f} "
-                f"{d['workers']:>17.1f}  {rpcs}"
+                f"{d['workers']:>17.1f} {d['control']:>13.2f}  {rpcs}"
             )
     print(f"\n{'hosts':>6} {'registered in':>14} {'ray.nodes() s':>14} {'idle GCS ms/s':>14} {'idle head ms/s':>15}")
     for r in cpu:
@@ -732,23 +753,26 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
             d = big[f"fray_{kind}"]
             print(
                 f"  per {kind} job at {big['n']} hosts: GCS (its RPCs) {d['gcs_rpc']:.2f} ms/s <= {GOAL_GCS_MS}: "
-                f"{_met(d['gcs_rpc'] <= GOAL_GCS_MS)} (process CPU delta {d['gcs']:.1f}); head {d['head']:.1f} "
-                f"ms/s <= {GOAL_HEAD_MS}: {_met(d['head'] <= GOAL_HEAD_MS)}"
+                f"{_met(d['gcs_rpc'] <= GOAL_GCS_MS)} (process CPU delta {d['gcs']:.1f}); head (control plane) "
+                f"{d['control']:.2f} ms/s <= {GOAL_HEAD_MS}: {_met(d['control'] <= GOAL_HEAD_MS)} (whole head "
+                f"{d['head']:.1f})"
             )
         if "fray_queued_more" in big:
             d = big["fray_queued_more"]
             print(
                 f"  per further queued job at {big['n']} hosts (the first carries the cluster's one view, above): "
                 f"GCS (its RPCs) {d['gcs_rpc']:.2f} ms/s <= {GOAL_GCS_MS}: {_met(d['gcs_rpc'] <= GOAL_GCS_MS)}; "
-                f"head {d['head']:.1f} ms/s <= {GOAL_HEAD_MS}: {_met(d['head'] <= GOAL_HEAD_MS)}"
+                f"head (control plane) {d['control']:.2f} ms/s <= {GOAL_HEAD_MS}: "
+                f"{_met(d['control'] <= GOAL_HEAD_MS)} (whole head {d['head']:.1f})"
             )
         if len(cpu) > 1:
             for kind in ("queued", "running"):
-                for what in ("gcs_rpc", "head"):
+                for what in ("gcs_rpc", "control"):
                     a, b = small[f"fray_{kind}"][what], big[f"fray_{kind}"][what]
                     same = abs(b - a) <= max(NOISE_MS, NOISE_SHARE * max(abs(a), abs(b)))
+                    label = "GCS (its RPCs)" if what == "gcs_rpc" else "head (control plane)"
                     print(
-                        f"  per {kind} job {'GCS (its RPCs)' if what == 'gcs_rpc' else what} cost independent of "
+                        f"  per {kind} job {label} cost independent of "
                         f"size: {small['n']} hosts {a:.1f}, {big['n']} hosts {b:.1f} ms/s: {_met(same)}"
                     )
         else:

@@ -78,7 +78,7 @@ from fray_ray._host import (
     signal_host,
 )
 from fray_ray._notices import BOARD, board_key
-from fray_ray.scheduler import SchedulerBehind, SchedulerClient
+from fray_ray.scheduler import SchedulerBehind, SchedulerClient, answer_key
 from fray_ray.slices import (
     POD_TYPE_LABEL,
     SLICE_NAME_LABEL,
@@ -141,6 +141,10 @@ QUEUE_NO_ROOM_S = 60.0
 ADMIT_WAIT_MIN = 0.05  # seconds an acquire round waits for the scheduler's answer at least (past its deadline)
 SLOW_READ_S = 2.0  # a read of the node table this slow is named in the pending reason
 QUEUE_TTL = 30.0  # seconds a job keeps its place in the scheduler's queue without asking again
+# seconds the scheduler holds a waiting job's call while its answer stays the same (Scheduler.acquire_pool), and
+# how much longer an unanswered call is still taken as held rather than the scheduler being behind
+QUEUE_HOLD = 10.0
+QUEUE_HOLD_SLACK = 5.0
 
 
 @attrs.define(eq=False)
@@ -299,6 +303,7 @@ class RaySliceProvider(SliceProvider):
         self._stacks: dict[str, float | None] | None = None  # during dump_stacks: tag -> when its stacks last came
         self._detection: float | None = None  # detection_delay, once the cluster's config was read
         self._host_failed_at = float("-inf")  # when a host of this job last ended other than well (_check_health)
+        self._last_wait: tuple[Any, dict[str, Any]] | None = None  # (ask key, answer) while waiting (_admit)
         self.scheduler = (
             scheduler if scheduler is not None else SchedulerClient(namespace, non_preemptible_resource, quarantine)
         )
@@ -373,6 +378,10 @@ class RaySliceProvider(SliceProvider):
         or why the job waits when the scheduler has not answered by ``deadline`` (:class:`SchedulerBehind`)."""
         fresh, self._fresh_view = self._fresh_view, False
         self._in_line = True
+        key = (spec_name, tuple(counts))
+        # The answer this job has while it waits: the scheduler holds the next call until it changes (up to
+        # QUEUE_HOLD; one call per change, not one per round). Not after a release (a quick fresh look).
+        last = self._last_wait if self._last_wait is not None and self._last_wait[0] == key and not fresh else None
         answer = self.scheduler.ask(
             "acquire_pool",
             self.job_id,
@@ -383,9 +392,18 @@ class RaySliceProvider(SliceProvider):
             self.queue_ttl,
             self.submitted_at,
             fresh,
+            answer_key(last[1]) if last is not None else None,
+            min(QUEUE_HOLD, self.queue_ttl / 2),
             timeout=max(ADMIT_WAIT_MIN, deadline - time.monotonic()),
-            key=(spec_name, tuple(counts)),
+            key=key,
         )
+        if isinstance(answer, SchedulerBehind) and last is not None and not answer.error:
+            if (
+                answer.waited < min(QUEUE_HOLD, self.queue_ttl / 2) + QUEUE_HOLD_SLACK
+            ):  # held, as asked: the answer it has still holds
+                return {**last[1], "transit": []}
+        if isinstance(answer, dict):
+            self._last_wait = (key, answer) if "count" not in answer else None
         if isinstance(answer, SchedulerBehind):
             # The queue is the only admission there is: a job never takes slices on capacity alone because
             # the scheduler is slow (first come, first served would be lost without a word). It waits, held

@@ -61,6 +61,10 @@ CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first sta
 ACTOR_RESOURCE = 0.0001
 FEED_START_TIMEOUT = 30.0  # seconds the node table's feed may take to start (subscribe and one full read)
 FEED_RETRY = 30.0  # seconds before a feed that failed is tried again (full reads meanwhile)
+# A waiting job's call is held (see acquire_pool's ``known``) for at most this long, its answer judged again
+# every HOLD_STEP seconds and whenever a job claims, releases or leaves: a queued job asked 2-4 times a second
+# before, each answer a call and a judgement (13 ms/s of head CPU per queued job: bench/NOTES.md, issue 29).
+HOLD_STEP = 1.0
 
 
 @attrs.frozen
@@ -97,6 +101,17 @@ def pool_name(tpu_type: str, label: dict[str, str]) -> str:
     'v4-16;pool=reserved'
     """
     return tpu_type + "".join(f";{k}={v}" for k, v in sorted(label.items()))
+
+
+def answer_key(answer: dict[str, Any]) -> tuple[Any, ...]:
+    """What a waiting job's answer says (see ``Scheduler.acquire_pool``'s ``known``): a held call returns
+    when this changes.
+
+    >>> answer_key({"held": True, "reason": "r", "total": 2, "free": 0, "busy": 2, "transit": [], "slow": 0.0})
+    (None, True, 'r', 2, 0, 2)
+    """
+    return (answer.get("count"), answer.get("held"), answer.get("reason"), answer.get("total"),
+            answer.get("free"), answer.get("busy"))  # fmt: skip
 
 
 def missing_slices(alive: int, seen: int, incomplete: Sequence[str] = ()) -> list[str]:
@@ -139,6 +154,8 @@ class Scheduler:
         # Kinds of state something said changed since their last read (a job claimed, released or left, a
         # slice was in transit, the node table moved): read again after REFRESH_S, not the kind's interval.
         self._changed: set[str] = set()
+        self._poked: asyncio.Event | None = None  # set (and replaced) when a job claims, releases or leaves
+        self._gone: set[str] = set()  # jobs that left while a call of theirs may be held (see acquire_pool)
         self._nodes_read = -1  # the number of the node table's copy the last view was made from
         self._node_ids: frozenset[str] = frozenset()  # and the nodes in it
 
@@ -227,13 +244,17 @@ class Scheduler:
         ttl: float,
         since: float | None = None,
         fresh: bool = False,
+        known: tuple[Any, ...] | None = None,
+        hold: float = 0.0,
     ) -> dict[str, Any]:
         """May ``job_id`` claim ``counts`` (largest first) slices of ``tpu_type`` with node ``label`` and
         ``topology`` now? Judged on this actor's view of the cluster (see the module doc); ``fresh``: the job
         released slices since it last asked (read the free slices again). The answer of :meth:`acquire`, plus
         the pool's slices: ``total`` (alive or with a host down), ``free``, ``busy``, ``transit`` (busy and
         held by no job: most likely just released) and ``slow`` (seconds the last read of the node table
-        took).
+        took). ``known``: the :func:`answer_key` of the answer the job has; while the answer is still that one
+        the call is held, up to ``hold`` seconds (judged again every ``HOLD_STEP`` and whenever a job claims,
+        releases or leaves), so a waiting job makes one call where it made one per round.
 
         >>> import asyncio
         >>> s = Scheduler(follow_nodes=False)
@@ -243,6 +264,40 @@ class Scheduler:
         >>> asyncio.run(s.acquire_pool("job-a", "v4-16", {}, None, [1], 30.0))["total"]
         0
         """
+        self._gone.discard(job_id)  # asking again: back in line (a retry after a claim)
+        end = time.monotonic() + max(0.0, hold)
+        while True:
+            answer = await self._acquire_pool_once(job_id, tpu_type, label, topology, counts, ttl, since, fresh)
+            fresh = False
+            left = end - time.monotonic()
+            if known is None or answer_key(answer) != known or answer["transit"] or left <= 0:
+                return answer
+            if self._poked is None:
+                self._poked = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._poked.wait(), min(left, HOLD_STEP))
+            except asyncio.TimeoutError:
+                pass
+            if job_id in self._gone:  # it left meanwhile: judging again would put it back in line
+                return answer
+
+    def _poke(self) -> None:
+        """Something a held call's answer may depend on changed: judge them again now."""
+        if self._poked is not None:
+            self._poked.set()
+            self._poked = None
+
+    async def _acquire_pool_once(
+        self,
+        job_id: str,
+        tpu_type: str,
+        label: dict[str, str],
+        topology: str | None,
+        counts: Sequence[int],
+        ttl: float,
+        since: float | None,
+        fresh: bool,
+    ) -> dict[str, Any]:
         try:
             view = await self._view(tpu_type, label, topology, holders=True, fresh=fresh)
         except Exception as e:  # the GCS did not answer: wait, held, and say so (never admit blind)
@@ -378,10 +433,12 @@ class Scheduler:
         self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)
+        self._poke()
 
     async def released(self, job_id: str) -> None:
         """The job gave slices back (a retry, a resize): the next answer of any job reads what is free."""
         self._changed.add("available")
+        self._poke()
 
     async def leave(self, job_id: str) -> None:
         """The job stopped waiting (it ended, e.g. terminated): younger jobs no longer wait behind it, and
@@ -389,6 +446,10 @@ class Scheduler:
         self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)
+        self._gone.add(job_id)
+        if len(self._gone) > 10_000:  # ids of jobs long gone: a held call lasts seconds
+            self._gone.clear()
+        self._poke()
 
     async def device_failed(self, slice_name: str, host: int, what: str = "device busy", node_id: str = "") -> bool:
         """Host ``host`` of the slice, on node ``node_id`` (its hardware), could not use its device; True
@@ -438,6 +499,14 @@ class Scheduler:
 _SchedulerActor = ray.remote(enable_task_events=False)(Scheduler)  # Fray's own traffic: not in Ray's task events
 
 
+def _answered(ref: Any) -> threading.Event:
+    """An event set once ``ref`` is ready (value or error), by Ray's own completion callback
+    (``ObjectRef.future()``)."""
+    done = threading.Event()
+    ref.future().add_done_callback(lambda _f: done.set())
+    return done
+
+
 class SchedulerClient:
     """A supervisor's handle on its namespace's scheduler: creates it when missing and again after it
     died; a call that cannot be answered returns ``None`` (the caller goes on without the queue)."""
@@ -452,7 +521,8 @@ class SchedulerClient:
         self.resource = resource
         self.quarantine = quarantine
         self._actor: Any = None
-        self._asked: dict[str, tuple[Any, float, Any]] = {}  # method -> (its call in flight, sent at, key)
+        # method -> (its call in flight, sent at, key, set once it is answered)
+        self._asked: dict[str, tuple[Any, float, Any, threading.Event]] = {}
         self._ask_lock = threading.Lock()
 
     def _connect(self) -> Any:
@@ -496,14 +566,17 @@ class SchedulerClient:
                     try:
                         if self._actor is None:
                             self._actor = self._connect()
-                        flight = (getattr(self._actor, method).remote(*args), time.monotonic(), key)
+                        call = getattr(self._actor, method).remote(*args)
+                        flight = (call, time.monotonic(), key, _answered(call))
                     except Exception as e:  # e.g. a name race with another supervisor creating it
                         self._actor = None
                         return SchedulerBehind(0.0, error=f"{type(e).__name__}: {e}")
                     self._asked[method] = flight
-                ref, sent, made_for = flight
-                ready, _ = ray.wait([ref], timeout=max(0.0, end - time.monotonic()), fetch_local=True)
-                if not ready:
+                ref, sent, made_for, done = flight
+                # a Python wait on the answer's future, not ray.wait: a waiting job looks 2-4 times a second
+                # while its call is held by the scheduler (see Scheduler.acquire_pool), and each ray.wait cost
+                # the supervisor's core worker ~1 ms (bench/NOTES.md, issue 29)
+                if not done.wait(max(0.0, end - time.monotonic())):
                     return SchedulerBehind(time.monotonic() - sent)
                 del self._asked[method]
                 try:
