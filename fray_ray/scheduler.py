@@ -53,8 +53,9 @@ __all__ = [
 ]
 
 # The version is in the name: a detached scheduler of an older Fray lives on in a long-lived cluster, and
-# a newer client must not call methods it lacks (v2: it reads the cluster's state itself, acquire_pool).
-SCHEDULER_NAME = "fray-scheduler-v2"
+# a newer client must not call methods it lacks (v2: it reads the cluster's state itself, acquire_pool; v3:
+# acquire_pool holds a waiting job's call, known and hold).
+SCHEDULER_NAME = "fray-scheduler-v3"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
 # The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
 # caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
