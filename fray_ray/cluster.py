@@ -39,7 +39,7 @@ from fray_core.scheduling import Quarantine
 from fray_core.supervisor import RecordCluster, check_picklable, launch_error
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_ray._host import gce_preempted
-from fray_ray.code import code_runtime_env, upload_code
+from fray_ray.code import scan_code, upload_code
 from fray_ray.connect import RayConnectionError, check_ray_address, connected_gcs_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.scheduler import ACTOR_RESOURCE
@@ -327,7 +327,8 @@ class RayCluster(RecordCluster):
                 "RayCluster(non_preemptible_tpu_label='KEY=VALUE') naming the node "
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
-        runtime_env = upload_code(code_runtime_env(request))  # the user's code, shipped (refused here when too big)
+        code_env, scanned = scan_code(request)  # the user's code, shipped (refused here when too big)
+        runtime_env = upload_code(code_env, stamp=scanned)
         try:
             job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
         except OSError as e:

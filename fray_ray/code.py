@@ -26,7 +26,7 @@ from typing import Any
 
 from fray_ray.connect import connected_gcs_address
 
-__all__ = ["CODE_SIZE_LIMIT", "UPLOAD_REUSE_S", "code_root", "code_runtime_env", "upload_code"]
+__all__ = ["CODE_SIZE_LIMIT", "UPLOAD_REUSE_S", "code_root", "code_runtime_env", "scan_code", "upload_code"]
 
 CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
 _SKIP_DIRS = frozenset(
@@ -130,19 +130,27 @@ def _loaded_code_root() -> str | None:
     return max(sorted(counts), key=lambda r: counts[r]) if counts else None
 
 
-def _size(root: str, limit: int) -> int:
-    """Bytes under ``root`` (caches and VCS dirs skipped), counting stops just past ``limit``."""
-    total = 0
+def _scan(root: str, limit: float = float("inf")) -> tuple[int, int, int]:
+    """``(entries, bytes, newest mtime in ns)`` of the files and directories under ``root`` (caches and VCS
+    dirs skipped), from ``stat`` alone: what changes when a file is edited, added, removed or renamed (see
+    :func:`upload_code`). The walk stops once ``bytes`` passes ``limit``."""
+    count = total = newest = 0
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-        for name in filenames:
+        for path in (dirpath, *(os.path.join(dirpath, n) for n in filenames)):
             try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+                st = os.lstat(path)
             except OSError:
                 continue
+            count, total, newest = count + 1, total + st.st_size, max(newest, st.st_mtime_ns)
             if total > limit:
-                return total
-    return total
+                return count, total, newest
+    return count, total, newest
+
+
+def _size(root: str, limit: int) -> int:
+    """Bytes under ``root`` (caches and VCS dirs skipped), counting stops just past ``limit``."""
+    return _scan(root, limit)[1]
 
 
 def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
@@ -150,6 +158,13 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     (``EnvironmentConfig.workspace``, else the directory of the callable's module when it is not installed
     here), ``excludes`` for caches, ``pip``. Raises ``ValueError`` naming the directory when it is over
     ``limit`` bytes."""
+    return scan_code(request, limit)[0]
+
+
+def scan_code(request: Any, limit: int = CODE_SIZE_LIMIT) -> tuple[dict[str, Any], tuple[int, int, int] | None]:
+    """:func:`code_runtime_env`, and the :func:`_scan` of its ``working_dir`` (``None``: nothing to ship) for
+    :func:`upload_code`: one walk of the directory per launch, where there were three (a project of thousands
+    of files took tens of ms a launch for them)."""
     env = request.environment
     out: dict[str, Any] = {}
     if env is not None and env.pip_packages:
@@ -160,6 +175,7 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     while isinstance(inner, functools.partial):  # a partial's own __module__ is functools': look inside
         inner = inner.func
     module = getattr(inner, "__module__", None) or ""
+    scan: tuple[int, int, int] | None = None
     if explicit:
         root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
         if not os.path.isdir(root):  # Ray would fail later, on the cluster, with a traceback
@@ -169,9 +185,10 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         main = getattr(sys.modules.get("__main__"), "__file__", None)
         root = os.path.dirname(os.path.realpath(main)) if main else None
         if root is None or any(root == p or root.startswith(p + os.sep) for p in _installed_prefixes()):
-            return out
-        if _size(root, limit) > limit:
-            return out  # too big to ship whole: the function itself still travels
+            return out, None
+        scan = _scan(root, limit)
+        if scan[1] > limit:
+            return out, None  # too big to ship whole: the function itself still travels
         what = "the script's folder"
     elif module.split(".")[0] in _OWN:
         # Fray's own entrypoint: a wrapper around the user's function (the levanter compat layer's partial),
@@ -179,15 +196,19 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         # the client's own modules: ship the client directory most of its loaded modules come from
         root = next(filter(None, map(code_root, _wrapped_modules(fn, request.entrypoint))), None)
         root = root or _loaded_code_root()
-        if root is None or _size(root, limit) > limit:
-            return out
+        if root is None:
+            return out, None
+        scan = _scan(root, limit)
+        if scan[1] > limit:
+            return out, None
         what = "the client's code"
     else:
         root, what = code_root(module), f"the code of {module}"
         if root is None:
-            return out
-    size = _size(root, limit)
-    if size > limit:
+            return out, None
+    if scan is None:
+        scan = _scan(root, limit)
+    if scan[1] > limit:
         raise ValueError(
             f"launch: {what} is in {root} (over {limit // 2**20} MiB without caches and .git), too much to "
             f"ship to the Ray cluster: "
@@ -196,22 +217,12 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
         )
     out["working_dir"] = root
     out["excludes"] = sorted(f"**/{d}/" for d in _SKIP_DIRS)
-    return out
+    return out, scan
 
 
 def _fingerprint(root: str) -> tuple[int, int, int]:
-    """``(entries, bytes, newest mtime in ns)`` of the files and directories under ``root`` (caches and VCS
-    dirs skipped): what changes when a file is edited, added, removed or renamed, from ``stat`` alone."""
-    count = total = newest = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-        for path in (dirpath, *(os.path.join(dirpath, n) for n in filenames)):
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            count, total, newest = count + 1, total + st.st_size, max(newest, st.st_mtime_ns)
-    return count, total, newest
+    """:func:`_scan` of the whole of ``root``."""
+    return _scan(root)
 
 
 def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +265,7 @@ def upload_code(
     *,
     upload: Callable[[dict[str, Any]], dict[str, Any]] = _ray_upload,
     now: Callable[[], float] = time.monotonic,
+    stamp: tuple[int, int, int] | None = None,
 ) -> dict[str, Any]:
     """``runtime_env`` with a local ``working_dir`` uploaded to the connected cluster (its GCS) and replaced
     by the package's URI, as ``ray.init(runtime_env=...)`` does for a driver: Ray takes local directories
@@ -272,7 +284,8 @@ def upload_code(
     if not runtime_env.get("working_dir") or "://" in str(runtime_env["working_dir"]):
         return runtime_env
     root = str(runtime_env["working_dir"])
-    stamp = _fingerprint(root) if os.path.isdir(root) else None
+    if stamp is None:  # ``stamp``: the caller's own scan of it, this launch (scan_code)
+        stamp = _fingerprint(root) if os.path.isdir(root) else None
     key = (connected_gcs_address() or "", upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
     t = now()
     with _uploads_lock:

@@ -178,6 +178,31 @@ def test_code_from_a_client_directory_travels_and_installed_code_does_not(
         code_runtime_env(req(mod.main), limit=1024)
 
 
+def test_a_launch_walks_its_code_directory_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size check and the upload's fingerprint come from one walk (a project of thousands of files was
+    walked three times a launch), and what it finds is the fingerprint an edit is told by."""
+    import importlib
+
+    import fray_ray.code as code
+    from fray_core import Entrypoint, JobRequest
+
+    (tmp_path / "proj2").mkdir()
+    (tmp_path / "proj2" / "walked_once_mod.py").write_text("def main():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "proj2"))
+    mod = importlib.import_module("walked_once_mod")
+    walks: list[str] = []
+    real_walk = os.walk
+    monkeypatch.setattr(code.os, "walk", lambda root, *a, **k: walks.append(str(root)) or real_walk(root, *a, **k))
+    env, scanned = code.scan_code(JobRequest(name="x", entrypoint=Entrypoint(callable=mod.main)))
+    uploads: list[dict[str, Any]] = []
+    code.upload_code(
+        env, upload=lambda e: uploads.append(e) or {**e, "working_dir": "gcs://_ray_pkg_1.zip"}, stamp=scanned
+    )
+    assert walks == [str(tmp_path / "proj2")] and len(uploads) == 1
+    monkeypatch.setattr(code.os, "walk", real_walk)
+    assert scanned == code._fingerprint(str(tmp_path / "proj2"))
+
+
 def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploads_again(tmp_path: Path) -> None:
     """Ray's upload (a content hash of every file, a GCS pin) is done once for launches in a row from one
     directory; an edit (even of the same size), a new file, or ``UPLOAD_REUSE_S`` later, it is done again:
