@@ -485,7 +485,14 @@ class _DrainWatch:
 
         job, attempt = os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")
         with self._lock:
-            self._hosts[me.token] = [me, notice_file, notice_key(job, attempt).encode(), board_key(job, attempt), board]
+            self._hosts[me.token] = [
+                me,
+                notice_file,
+                notice_key(job, attempt).encode(),
+                board_key(job, attempt),
+                board,
+                time.monotonic(),  # since when it waits for this board
+            ]
             if self._thread_pid == os.getpid():
                 return
             threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
@@ -497,36 +504,44 @@ class _DrainWatch:
 
     def _loop(self) -> None:
         import ray
+        from ray import exceptions as rex
+
+        from fray_ray._notices import ROLL_S
 
         gcs = ray._private.worker.global_worker.gcs_client
         while True:
             with self._lock:
                 hosts = [(token, list(h)) for token, h in self._hosts.items()]
-            boards = list({id(h[4]): h[4] for _, h in hosts if h[4] is not None}.values())
-            ready: set[int] = set()
+            boards = list(
+                {h[4]: None for _, h in hosts if h[4] is not None}
+            )  # one wait per ref (ray.wait wants them unique)
+            ready: set[Any] = set()
             if boards:  # answered by the supervisor process as soon as a notice is posted
                 try:
-                    done, _ = ray.wait(boards, num_returns=len(boards), timeout=self.interval, fetch_local=True)
-                    ready = {id(r) for r in done}
-                except Exception:  # noqa: BLE001 - read each below: a failed one falls back to the KV
-                    ready = {id(r) for r in boards}
+                    ready = set(ray.wait(boards, num_returns=len(boards), timeout=self.interval, fetch_local=True)[0])
+                except Exception:  # noqa: BLE001 - Ray is shutting down here: look again next time
+                    time.sleep(self.interval)
             else:
                 time.sleep(self.interval)
-            for token, (me, notice_file, kv_key, board_key, board) in hosts:
+            now = time.monotonic()
+            for token, (me, notice_file, kv_key, board_key, board, since) in hosts:
                 deadline: float | None = None
                 if board is not None:
-                    if id(board) not in ready:
+                    if board not in ready:
+                        # every epoch ends within ROLL_S: one this late has an owner that is gone without a word
+                        # (its node lost, no connection reset): the KV key from now on
+                        if now - since > ROLL_S + BOARD_SLACK:
+                            self._set_board(token, None)
                         continue
                     try:
                         notices, after = ray.get(board, timeout=5)
-                        deadline = notices.get(board_key)
-                        after = after[0]
+                        deadline, after = notices.get(board_key), after[0]
+                    except rex.GetTimeoutError:
+                        continue  # fetching it took long: the same board next time
                     except Exception:  # noqa: BLE001 - the supervisor process is gone: the KV key from now on
                         after = None
                     if deadline is None:
-                        with self._lock:
-                            if token in self._hosts:
-                                self._hosts[token][4] = after
+                        self._set_board(token, after)
                         continue
                 else:
                     try:
@@ -543,6 +558,11 @@ class _DrainWatch:
                     if self._hosts.pop(token, None) is None:
                         continue  # the host ended meanwhile: the notice is not for what runs here now
                 _deliver_notice(me, notice_file, deadline, "its supervisor" if board is not None else "Ray's KV")
+
+    def _set_board(self, token: str, board: Any) -> None:
+        with self._lock:
+            if token in self._hosts:
+                self._hosts[token][4:6] = [board, time.monotonic()]
 
 
 def _deliver_notice(me: HostProcess, notice_file: str | None, deadline: float, via: str) -> None:
@@ -565,6 +585,7 @@ def _deliver_notice(me: HostProcess, notice_file: str | None, deadline: float, v
         pass
 
 
+BOARD_SLACK = 60.0  # seconds past an epoch's longest life before a host takes its supervisor as gone
 _DRAINS = _DrainWatch()
 
 

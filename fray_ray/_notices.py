@@ -48,15 +48,22 @@ class NoticeBoard:
         self._notices: dict[str, float] = {}  # board_key -> deadline (epoch seconds)
         self._submit: Callable[[int], Any] | None = None  # epoch -> the ref of the actor call that waits for it
         self._ref: Any = None  # the current epoch's ref
+        self._posted_refs: dict[str, Any] = {}  # board_key -> the ref of the epoch that carries its notice
 
     def attach(self, submit: Callable[[int], Any]) -> None:
         """Called by the supervisor actor: how to start the call that waits for an epoch."""
         with self._cv:
             self._submit = submit
 
-    def ref(self) -> Any:
-        """The current epoch's ref for a new host (``None`` outside a supervisor actor: hosts read the KV)."""
+    def ref(self, job_id: str | None = None) -> Any:
+        """The current epoch's ref for a new host (``None`` outside a supervisor actor: hosts read the KV); for
+        a host of ``job_id`` while a notice of that job is current, the ref of the epoch that carries it (a host
+        started after the notice would otherwise wait for the next one)."""
         with self._cv:
+            if job_id is not None:
+                for key, ref in self._posted_refs.items():
+                    if key.startswith(job_id + "/") and key in self._notices:
+                        return ref
             if self._ref is None and self._submit is not None:
                 try:
                     self._ref = self._submit(self._epoch)
@@ -70,6 +77,9 @@ class NoticeBoard:
         with self._cv:
             self._notices = {k: d for k, d in self._notices.items() if d + KEEP_S > now}
             self._notices[key] = deadline
+            self._posted_refs = {k: r for k, r in self._posted_refs.items() if k in self._notices}
+            if self._ref is not None:  # the epoch this post ends: its value carries the notice
+                self._posted_refs[key] = self._ref
             self._epoch += 1
             self._cv.notify_all()
 
@@ -79,6 +89,7 @@ class NoticeBoard:
         with self._cv:
             self._submit = None
             self._ref = None
+            self._posted_refs = {}
             self._epoch += 1
             self._cv.notify_all()
 

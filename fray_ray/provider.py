@@ -203,6 +203,9 @@ class _Drains:
             return cls._all.setdefault(namespace, cls())
 
 
+NODE_ID_HEX = 56  # hex digits of a Ray node id
+
+
 class _NodeLiveness:
     """Which nodes the GCS says are dead, for every lease of the process: one ``CheckAlive`` a second for the
     nodes of all its running jobs (O(1) per node for the GCS), where each job looked up each of its placement
@@ -221,7 +224,8 @@ class _NodeLiveness:
         ``HEALTH_INTERVAL`` old."""
         with self._lock:
             for node in nodes:
-                self._wanted[node] = now
+                if len(node) == NODE_ID_HEX:  # one odd id ("" for a bundle Ray did not place) would fail the call
+                    self._wanted[node] = now
             ask = not self._asking and now - self._at >= HEALTH_INTERVAL
             if ask:
                 self._asking, self._at = True, now
@@ -396,6 +400,7 @@ class RaySliceProvider(SliceProvider):
             min(QUEUE_HOLD, self.queue_ttl / 2),
             timeout=max(ADMIT_WAIT_MIN, deadline - time.monotonic()),
             key=key,
+            replace=fresh,  # a held call in flight answers what the job had: not what it asks after a release
         )
         if isinstance(answer, SchedulerBehind) and last is not None and not answer.error:
             if (
@@ -911,7 +916,7 @@ class RaySliceProvider(SliceProvider):
     def _config_for(self, shared: bool) -> HostConfig:
         """The host config of a new host task, with the supervisor process's current notice epoch (see
         ``fray_ray._notices``; none outside a supervisor actor: the hosts read the KV key)."""
-        board = BOARD.ref()
+        board = BOARD.ref(self.job_id)
         cached = self._board_configs
         if cached is None or cached[0] is not board:
             cached = self._board_configs = (

@@ -66,6 +66,9 @@ FEED_RETRY = 30.0  # seconds before a feed that failed is tried again (full read
 # every HOLD_STEP seconds and whenever a job claims, releases or leaves: a queued job asked 2-4 times a second
 # before, each answer a call and a judgement (13 ms/s of head CPU per queued job: bench/NOTES.md, issue 29).
 HOLD_STEP = 1.0
+# At most this many calls held at once: an async actor serves a bounded number of calls at a time (Ray's
+# default 1,000, raised below), and the pokes, the draining nodes and the quarantine must not wait behind them.
+MAX_HELD = 256
 
 
 @attrs.frozen
@@ -157,6 +160,7 @@ class Scheduler:
         self._changed: set[str] = set()
         self._poked: asyncio.Event | None = None  # set (and replaced) when a job claims, releases or leaves
         self._gone: set[str] = set()  # jobs that left while a call of theirs may be held (see acquire_pool)
+        self._held = 0  # acquire_pool calls being held
         self._nodes_read = -1  # the number of the node table's copy the last view was made from
         self._node_ids: frozenset[str] = frozenset()  # and the nodes in it
 
@@ -267,20 +271,35 @@ class Scheduler:
         """
         self._gone.discard(job_id)  # asking again: back in line (a retry after a claim)
         end = time.monotonic() + max(0.0, hold)
-        while True:
-            answer = await self._acquire_pool_once(job_id, tpu_type, label, topology, counts, ttl, since, fresh)
-            fresh = False
-            left = end - time.monotonic()
-            if known is None or answer_key(answer) != known or answer["transit"] or left <= 0:
-                return answer
-            if self._poked is None:
-                self._poked = asyncio.Event()
-            try:
-                await asyncio.wait_for(self._poked.wait(), min(left, HOLD_STEP))
-            except asyncio.TimeoutError:
-                pass
-            if job_id in self._gone:  # it left meanwhile: judging again would put it back in line
-                return answer
+        held = False
+        try:
+            while True:
+                poked = self._poke_event()  # taken before judging: a poke meanwhile ends the wait below at once
+                answer = await self._acquire_pool_once(job_id, tpu_type, label, topology, counts, ttl, since, fresh)
+                fresh = False
+                if job_id in self._gone:  # it left while this call was judged: out of line again, for good
+                    for q in self._queues.values():
+                        q.leave(job_id)
+                    return answer
+                left = end - time.monotonic()
+                if known is None or answer_key(answer) != known or answer["transit"] or left <= 0:
+                    return answer
+                if not held:
+                    if self._held >= MAX_HELD:  # the actor's calls are for everyone: answer now, as before
+                        return answer
+                    held, self._held = True, self._held + 1
+                try:
+                    await asyncio.wait_for(poked.wait(), min(left, HOLD_STEP))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            if held:
+                self._held -= 1
+
+    def _poke_event(self) -> asyncio.Event:
+        if self._poked is None:
+            self._poked = asyncio.Event()
+        return self._poked
 
     def _poke(self) -> None:
         """Something a held call's answer may depend on changed: judge them again now."""
@@ -497,7 +516,9 @@ class Scheduler:
         }
 
 
-_SchedulerActor = ray.remote(enable_task_events=False)(Scheduler)  # Fray's own traffic: not in Ray's task events
+_SchedulerActor = ray.remote(enable_task_events=False, max_concurrency=4096)(
+    Scheduler
+)  # Fray's own traffic: not in Ray's task events
 
 
 def _answered(ref: Any) -> threading.Event:
@@ -549,18 +570,22 @@ class SchedulerClient:
                 return None
         return None
 
-    def ask(self, method: str, *args: Any, timeout: float, key: Any = None) -> Any:
+    def ask(self, method: str, *args: Any, timeout: float, key: Any = None, replace: bool = False) -> Any:
         """Like :meth:`call`, with back-pressure: at most one call of ``method`` in flight. Waits up to
         ``timeout`` seconds; an answer not there by then is :class:`SchedulerBehind` (never a silent
         default) and the call stays in flight: the next ``ask`` waits for the same call instead of queueing
         another behind it. ``key``: what the answer depends on besides the cluster's state; an answer to a
-        call made with another key is dropped (and a fresh call made).
+        call made with another key is dropped (and a fresh call made), and so is one in flight for another
+        key, or any with ``replace``, without waiting for it (a held call can take seconds to answer).
 
         >>> SchedulerBehind(12.0).reason().startswith("waiting for the cluster's scheduler")
         True
         """
         with self._ask_lock:
             end = time.monotonic() + max(0.0, timeout)
+            flight = self._asked.get(method)
+            if flight is not None and (replace or flight[2] != key):
+                del self._asked[method]
             for _ in range(3):  # a stale answer dropped, then once more with a fresh actor if it died
                 flight = self._asked.get(method)
                 if flight is None:

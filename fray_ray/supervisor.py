@@ -237,7 +237,8 @@ class _Job:
         record = settings.get("record")
         assume = getattr(self.store.fs, "assume_inline", None)
         if assume is not None and isinstance(record, dict) and record.get("job_id") == job_id:
-            if settings.get("record_size", KV_INLINE + 1) <= KV_INLINE:  # as the client wrote it: inline, no chunks
+            size = settings.get("record_size")
+            if isinstance(size, int) and size <= KV_INLINE:  # as the client wrote it: inline, no chunks
                 assume(self.store.record_path(job_id))
         else:
             record = self.store.read(job_id)

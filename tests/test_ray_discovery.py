@@ -302,6 +302,69 @@ def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
     assert one["count"] == 1 and one["exclude"] == [] and reads == {"nodes": 1, "available": 1}, one
 
 
+def _one_free_one_held() -> tuple[Any, Any]:
+    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 0), ("v4-16", "b", 1)], labels=True)
+    for nid, n in nodes.items():
+        n.update(NodeID=nid, Alive=True)
+    head_a = next(
+        nid
+        for nid, n in nodes.items()
+        if n["Labels"].get("ray.io/tpu-slice-name") == "a" and "TPU-v4-16-head" in n["Resources"]
+    )
+    head_b = next(
+        nid
+        for nid, n in nodes.items()
+        if n["Labels"].get("ray.io/tpu-slice-name") == "b" and "TPU-v4-16-head" in n["Resources"]
+    )
+    group = "ab" * 14
+    available = {head_a: {"TPU-v4-16-head_group_" + group: 1.0}, head_b: {"TPU-v4-16-head": 1.0}}
+    scheduler, _ = scheduler_over(nodes, available)
+    scheduler._group_jobs[group] = "holder"
+    return scheduler, group
+
+
+def test_a_waiting_jobs_call_is_held_until_its_answer_changes_and_a_job_that_left_stays_out_of_line() -> None:
+    """Issue 29: a job that waits sends the answer it has; the scheduler holds the call while that answer
+    holds (a poke judges it again), so a queued job makes one call per change, not 2-4 a second. A job that
+    leaves while its held call is being judged is not put back in line by that judgement."""
+    from fray_ray.scheduler import answer_key
+
+    scheduler, _ = _one_free_one_held()
+    real_view = scheduler._view
+
+    async def scenario() -> None:
+        first = await scheduler.acquire_pool("job-0", "v4-16", {}, None, [2], 30.0, 0.0)
+        assert first["held"] and "count" not in first
+        held = asyncio.ensure_future(
+            scheduler.acquire_pool("job-0", "v4-16", {}, None, [2], 30.0, 0.0, False, answer_key(first), 30.0)
+        )
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not held.done()  # the same answer: held
+        await scheduler.released("other")  # judged again at once: still the same answer, still held
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not held.done()
+        gate = asyncio.Event()
+
+        async def slow_view(*args: Any, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await real_view(*args, **kwargs)
+
+        scheduler._view = slow_view
+        await scheduler.claimed("another")  # judged again: blocked in its read of the cluster
+        for _ in range(20):
+            await asyncio.sleep(0)
+        await scheduler.leave("job-0")  # the job ends meanwhile
+        gate.set()
+        await asyncio.wait_for(held, 5)  # returns, not held for 30 s
+        assert all("job-0" not in q._waiters for q in scheduler._queues.values())
+        unknown = await scheduler.acquire_pool("job-1", "v4-16", {}, None, [2], 30.0, 1.0, False, None, 30.0)
+        assert unknown["held"]  # nothing known yet: answered at once
+
+    asyncio.run(scenario())
+
+
 def test_a_scheduler_that_cannot_read_the_cluster_holds_the_job_and_says_why() -> None:
     """The GCS does not answer the scheduler's read: every queued job waits, held (no budget spent), with
     the error in its pending reason; nothing is admitted blind."""
