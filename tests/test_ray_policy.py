@@ -327,7 +327,7 @@ def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice(
     from fray_ray.scheduler import SchedulerBehind, SchedulerClient
 
     class Behind(SchedulerClient):
-        def ask(self, method: str, *args: Any, timeout: float, key: Any = None) -> Any:
+        def ask(self, method: str, *args: Any, timeout: float, key: Any = None, replace: bool = False) -> Any:
             return SchedulerBehind(42.0)
 
         def call(self, method: str, *args: Any, timeout: float = 0.0) -> Any:
