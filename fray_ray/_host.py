@@ -510,54 +510,59 @@ class _DrainWatch:
 
         gcs = ray._private.worker.global_worker.gcs_client
         while True:
-            with self._lock:
-                hosts = [(token, list(h)) for token, h in self._hosts.items()]
-            boards = list(
-                {h[4]: None for _, h in hosts if h[4] is not None}
-            )  # one wait per ref (ray.wait wants them unique)
-            ready: set[Any] = set()
-            if boards:  # answered by the supervisor process as soon as a notice is posted
-                try:
-                    ready = set(ray.wait(boards, num_returns=len(boards), timeout=self.interval, fetch_local=True)[0])
-                except Exception:  # noqa: BLE001 - Ray is shutting down here: look again next time
-                    time.sleep(self.interval)
-            else:
+            # one look per call: its locals (the boards, Ray object refs) go when it returns. A ref left in this
+            # frame after its host ended kept the worker from ever being idle for Ray (a worker holding any
+            # reference is not one Ray's idle-worker reaping may stop), so the worker outlived its use.
+            self._look(ray, rex, gcs, ROLL_S)
+
+    def _look(self, ray: Any, rex: Any, gcs: Any, roll_s: float) -> None:
+        """Wait up to ``interval`` for the hosts' boards (or sleep it), then deliver what came."""
+        with self._lock:
+            hosts = [(token, list(h)) for token, h in self._hosts.items()]
+        boards = list({h[4]: None for _, h in hosts if h[4] is not None})  # each ref once (ray.wait wants that)
+        ready: set[Any] = set()
+        if boards:  # answered by the supervisor process as soon as a notice is posted
+            try:
+                ready = set(ray.wait(boards, num_returns=len(boards), timeout=self.interval, fetch_local=True)[0])
+            except Exception:  # noqa: BLE001 - Ray is shutting down here: look again next time
                 time.sleep(self.interval)
-            now = time.monotonic()
-            for token, (me, notice_file, kv_key, board_key, board, since) in hosts:
-                deadline: float | None = None
-                if board is not None:
-                    if board not in ready:
-                        # every epoch ends within ROLL_S: one this late has an owner that is gone without a word
-                        # (its node lost, no connection reset): the KV key from now on
-                        if now - since > ROLL_S + BOARD_SLACK:
-                            self._set_board(token, None)
-                        continue
-                    try:
-                        notices, after = ray.get(board, timeout=5)
-                        deadline, after = notices.get(board_key), after[0]
-                    except rex.GetTimeoutError:
-                        continue  # fetching it took long: the same board next time
-                    except Exception:  # noqa: BLE001 - the supervisor process is gone: the KV key from now on
-                        after = None
-                    if deadline is None:
-                        self._set_board(token, after)
-                        continue
-                else:
-                    try:
-                        value = gcs.internal_kv_get(kv_key, b"fray", timeout=5)
-                    except Exception:
-                        continue  # the GCS is busy or restarting: ask again
-                    if not value:
-                        continue
-                    try:
-                        deadline = float(value.decode())
-                    except ValueError:
-                        deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
-                with self._lock:
-                    if self._hosts.pop(token, None) is None:
-                        continue  # the host ended meanwhile: the notice is not for what runs here now
-                _deliver_notice(me, notice_file, deadline, "its supervisor" if board is not None else "Ray's KV")
+        else:
+            time.sleep(self.interval)
+        now = time.monotonic()
+        for token, (me, notice_file, kv_key, board_key, board, since) in hosts:
+            deadline: float | None = None
+            if board is not None:
+                if board not in ready:
+                    # every epoch ends within ROLL_S: one this late has an owner that is gone without a word
+                    # (its node lost, no connection reset): the KV key from now on
+                    if now - since > roll_s + BOARD_SLACK:
+                        self._set_board(token, None)
+                    continue
+                try:
+                    notices, after = ray.get(board, timeout=5)
+                    deadline, after = notices.get(board_key), after[0]
+                except rex.GetTimeoutError:
+                    continue  # fetching it took long: the same board next time
+                except Exception:  # noqa: BLE001 - the supervisor process is gone: the KV key from now on
+                    after = None
+                if deadline is None:
+                    self._set_board(token, after)
+                    continue
+            else:
+                try:
+                    value = gcs.internal_kv_get(kv_key, b"fray", timeout=5)
+                except Exception:
+                    continue  # the GCS is busy or restarting: ask again
+                if not value:
+                    continue
+                try:
+                    deadline = float(value.decode())
+                except ValueError:
+                    deadline = time.time() + 30.0  # unreadable: a notice still, with the runner's default grace
+            with self._lock:
+                if self._hosts.pop(token, None) is None:
+                    continue  # the host ended meanwhile: the notice is not for what runs here now
+            _deliver_notice(me, notice_file, deadline, "its supervisor" if board is not None else "Ray's KV")
 
     def _set_board(self, token: str, board: Any) -> None:
         with self._lock:

@@ -179,6 +179,27 @@ def test_the_emulated_cluster_keeps_no_idle_ray_workers(ray_tpu_cluster: Any) ->
     wait_for(lambda: not pid_alive(pid), timeout=10, what=f"the idle worker {pid} on the head to exit")
 
 
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_the_worker_a_cpu_host_ran_in_goes_once_idle(ray_tpu_cluster: Any) -> None:
+    """A CPU replica runs in a worker Ray may reuse; once its job ended, nothing of Fray's in that worker
+    holds a Ray object reference (a worker holding one is never idle to Ray, which then keeps it for good: a
+    host watching its preemption notice for over a second left one behind, CI 2026-11-28)."""
+    cluster = ray_tpu_cluster.cluster
+    req = JobRequest(
+        name="idle-after",
+        entrypoint=Entrypoint(callable=_pid_after, function_args={"seconds": 2.5}),  # past the notice watch's 1 s
+        resources=ResourceConfig.with_cpu(cpu=1, ram="64m"),
+    )
+    job = cluster.launch(req)
+    assert cluster.wait(job, timeout=120).status == JobStatus.SUCCEEDED
+    host = cluster.result(job)[0]
+    wait_for(lambda: not pid_alive(host), timeout=20, what=f"the host's worker {host} to go once idle")
+
+
 def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> None:
     cluster = ray_tpu_cluster.cluster
     info = cluster.wait(cluster.launch(tpu_request(fail, slices=3)), timeout=60)
