@@ -455,6 +455,18 @@ def notice_key(job_id: str, attempt: int | str) -> str:
     return f"fray-notice:{job_id}:a{attempt}"
 
 
+@attrs.define
+class _Watched:
+    """A host the drain watch watches (see :class:`_DrainWatch`)."""
+
+    me: HostProcess
+    notice_file: str | None
+    kv_key: bytes  # its job's notice key in Ray's KV
+    board_key: str  # its job attempt's key on the notice board
+    board: Any  # the ref of the notice epoch it waits for (None: it reads the KV key)
+    since: float  # since when it waits for this board (monotonic)
+
+
 class _DrainWatch:
     """The job's preemption notice (a drain with a deadline: the autoscaler's, a GKE maintenance event's,
     which the job's supervisor sees in the cluster's draining nodes): write the deadline where
@@ -474,8 +486,7 @@ class _DrainWatch:
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self._lock = threading.Lock()
-        # by token: the host, its notice file, its KV key, its board key and its board ref (None: read the KV)
-        self._hosts: dict[str, list[Any]] = {}
+        self._hosts: dict[str, _Watched] = {}  # by token
         self._thread_pid: int | None = None  # the process whose thread runs (a fork has none)
 
     def add(self, me: HostProcess, notice_file: str | None, board: Any = None) -> None:
@@ -485,14 +496,9 @@ class _DrainWatch:
 
         job, attempt = os.environ.get("FRAY_JOB_ID", ""), os.environ.get("FRAY_ATTEMPT", "0")
         with self._lock:
-            self._hosts[me.token] = [
-                me,
-                notice_file,
-                notice_key(job, attempt).encode(),
-                board_key(job, attempt),
-                board,
-                time.monotonic(),  # since when it waits for this board
-            ]
+            self._hosts[me.token] = _Watched(
+                me, notice_file, notice_key(job, attempt).encode(), board_key(job, attempt), board, time.monotonic()
+            )
             if self._thread_pid == os.getpid():
                 return
             threading.Thread(target=self._loop, daemon=True, name="fray-drain-watch").start()
@@ -504,22 +510,24 @@ class _DrainWatch:
 
     def _loop(self) -> None:
         import ray
-        from ray import exceptions as rex
-
-        from fray_ray._notices import ROLL_S
 
         gcs = ray._private.worker.global_worker.gcs_client
         while True:
             # one look per call: its locals (the boards, Ray object refs) go when it returns. A ref left in this
             # frame after its host ended kept the worker from ever being idle for Ray (a worker holding any
             # reference is not one Ray's idle-worker reaping may stop), so the worker outlived its use.
-            self._look(ray, rex, gcs, ROLL_S)
+            self._look(gcs)
 
-    def _look(self, ray: Any, rex: Any, gcs: Any, roll_s: float) -> None:
+    def _look(self, gcs: Any) -> None:
         """Wait up to ``interval`` for the hosts' boards (or sleep it), then deliver what came."""
+        import ray
+        from ray import exceptions as rex
+
+        from fray_ray._notices import ROLL_S
+
         with self._lock:
-            hosts = [(token, list(h)) for token, h in self._hosts.items()]
-        boards = list({h[4]: None for _, h in hosts if h[4] is not None})  # each ref once (ray.wait wants that)
+            hosts = [(token, attrs.evolve(w)) for token, w in self._hosts.items()]
+        boards = list({w.board: None for _, w in hosts if w.board is not None})  # each ref once (ray.wait wants that)
         ready: set[Any] = set()
         if boards:  # answered by the supervisor process as soon as a notice is posted
             try:
@@ -529,18 +537,18 @@ class _DrainWatch:
         else:
             time.sleep(self.interval)
         now = time.monotonic()
-        for token, (me, notice_file, kv_key, board_key, board, since) in hosts:
+        for token, w in hosts:
             deadline: float | None = None
-            if board is not None:
-                if board not in ready:
+            if w.board is not None:
+                if w.board not in ready:
                     # every epoch ends within ROLL_S: one this late has an owner that is gone without a word
                     # (its node lost, no connection reset): the KV key from now on
-                    if now - since > roll_s + BOARD_SLACK:
+                    if now - w.since > ROLL_S + BOARD_SLACK:
                         self._set_board(token, None)
                     continue
                 try:
-                    notices, after = ray.get(board, timeout=5)
-                    deadline, after = notices.get(board_key), after[0]
+                    notices, after = ray.get(w.board, timeout=5)
+                    deadline, after = notices.get(w.board_key), after[0]
                 except rex.GetTimeoutError:
                     continue  # fetching it took long: the same board next time
                 except Exception:  # noqa: BLE001 - the supervisor process is gone: the KV key from now on
@@ -550,7 +558,7 @@ class _DrainWatch:
                     continue
             else:
                 try:
-                    value = gcs.internal_kv_get(kv_key, b"fray", timeout=5)
+                    value = gcs.internal_kv_get(w.kv_key, b"fray", timeout=5)
                 except Exception:
                     continue  # the GCS is busy or restarting: ask again
                 if not value:
@@ -562,12 +570,13 @@ class _DrainWatch:
             with self._lock:
                 if self._hosts.pop(token, None) is None:
                     continue  # the host ended meanwhile: the notice is not for what runs here now
-            _deliver_notice(me, notice_file, deadline, "its supervisor" if board is not None else "Ray's KV")
+            _deliver_notice(w.me, w.notice_file, deadline, "its supervisor" if w.board is not None else "Ray's KV")
 
     def _set_board(self, token: str, board: Any) -> None:
         with self._lock:
-            if token in self._hosts:
-                self._hosts[token][4:6] = [board, time.monotonic()]
+            w = self._hosts.get(token)
+            if w is not None:
+                w.board, w.since = board, time.monotonic()
 
 
 def _deliver_notice(me: HostProcess, notice_file: str | None, deadline: float, via: str) -> None:

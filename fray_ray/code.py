@@ -148,11 +148,6 @@ def _scan(root: str, limit: float = float("inf")) -> tuple[int, int, int]:
     return count, total, newest
 
 
-def _size(root: str, limit: int) -> int:
-    """Bytes under ``root`` (caches and VCS dirs skipped), counting stops just past ``limit``."""
-    return _scan(root, limit)[1]
-
-
 def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
     """The ``runtime_env`` that carries ``request``'s code and environment to the cluster: ``working_dir``
     (``EnvironmentConfig.workspace``, else the directory of the callable's module when it is not installed
@@ -220,11 +215,6 @@ def scan_code(request: Any, limit: int = CODE_SIZE_LIMIT) -> tuple[dict[str, Any
     return out, scan
 
 
-def _fingerprint(root: str) -> tuple[int, int, int]:
-    """:func:`_scan` of the whole of ``root``."""
-    return _scan(root)
-
-
 def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
     """Ray's own upload of a local ``working_dir`` (hashes its content, pins the package in the GCS)."""
     import logging
@@ -285,7 +275,7 @@ def upload_code(
         return runtime_env
     root = str(runtime_env["working_dir"])
     if stamp is None:  # ``stamp``: the caller's own scan of it, this launch (scan_code)
-        stamp = _fingerprint(root) if os.path.isdir(root) else None
+        stamp = _scan(root) if os.path.isdir(root) else None
     key = (connected_gcs_address() or "", upload, repr(sorted((k, repr(v)) for k, v in runtime_env.items())), stamp)
     t = now()
     with _uploads_lock:

@@ -386,6 +386,7 @@ class RaySliceProvider(SliceProvider):
         # The answer this job has while it waits: the scheduler holds the next call until it changes (up to
         # QUEUE_HOLD; one call per change, not one per round). Not after a release (a quick fresh look).
         last = self._last_wait if self._last_wait is not None and self._last_wait[0] == key and not fresh else None
+        hold = min(QUEUE_HOLD, self.queue_ttl / 2)
         answer = self.scheduler.ask(
             "acquire_pool",
             self.job_id,
@@ -397,16 +398,14 @@ class RaySliceProvider(SliceProvider):
             self.submitted_at,
             fresh,
             answer_key(last[1]) if last is not None else None,
-            min(QUEUE_HOLD, self.queue_ttl / 2),
+            hold,
             timeout=max(ADMIT_WAIT_MIN, deadline - time.monotonic()),
             key=key,
             replace=fresh,  # a held call in flight answers what the job had: not what it asks after a release
         )
-        if isinstance(answer, SchedulerBehind) and last is not None and not answer.error:
-            if (
-                answer.waited < min(QUEUE_HOLD, self.queue_ttl / 2) + QUEUE_HOLD_SLACK
-            ):  # held, as asked: the answer it has still holds
-                return {**last[1], "transit": []}
+        held = isinstance(answer, SchedulerBehind) and not answer.error and answer.waited < hold + QUEUE_HOLD_SLACK
+        if held and last is not None:  # held, as asked: the answer it has still holds
+            return {**last[1], "transit": []}
         if isinstance(answer, dict):
             self._last_wait = (key, answer) if "count" not in answer else None
         if isinstance(answer, SchedulerBehind):

@@ -200,7 +200,7 @@ def test_a_launch_walks_its_code_directory_once(tmp_path: Path, monkeypatch: pyt
     )
     assert walks == [str(tmp_path / "proj2")] and len(uploads) == 1
     monkeypatch.setattr(code.os, "walk", real_walk)
-    assert scanned == code._fingerprint(str(tmp_path / "proj2"))
+    assert scanned == code._scan(str(tmp_path / "proj2"))
 
 
 def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploads_again(tmp_path: Path) -> None:
@@ -265,11 +265,8 @@ def scheduler_over(nodes: dict[str, dict[str, Any]], available: dict[str, dict[s
     return scheduler, reads
 
 
-def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
-    """Issue 29: a queued job reads nothing from the GCS itself; the scheduler answers every queued job of
-    the cluster from one read of the node table and one of the available resources (at most once per
-    REFRESH_S), however many ask at once. Its answer carries what the job's pending reason and the
-    never-fits check need: the pool's total, free and busy slices."""
+def _one_free_one_held() -> tuple[Any, dict[str, int]]:
+    """A scheduler over two v4-16 slices: "a" held by job "holder"'s head group, "b" free; and its reads."""
     nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 0), ("v4-16", "b", 1)], labels=True)
     for nid, n in nodes.items():
         n.update(NodeID=nid, Alive=True)
@@ -287,6 +284,15 @@ def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
     available = {head_a: {"TPU-v4-16-head_group_" + group: 1.0}, head_b: {"TPU-v4-16-head": 1.0}}
     scheduler, reads = scheduler_over(nodes, available)
     scheduler._group_jobs[group] = "holder"
+    return scheduler, reads
+
+
+def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
+    """Issue 29: a queued job reads nothing from the GCS itself; the scheduler answers every queued job of
+    the cluster from one read of the node table and one of the available resources (at most once per
+    REFRESH_S), however many ask at once. Its answer carries what the job's pending reason and the
+    never-fits check need: the pool's total, free and busy slices."""
+    scheduler, reads = _one_free_one_held()
 
     async def many() -> list[dict[str, Any]]:
         return await asyncio.gather(
@@ -300,27 +306,6 @@ def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
     assert answers[0]["reason"].startswith("queued: 1st"), answers[0]["reason"]
     one = asyncio.run(scheduler.acquire_pool("job-0", "v4-16", {}, None, [1], 30.0, 0.0))
     assert one["count"] == 1 and one["exclude"] == [] and reads == {"nodes": 1, "available": 1}, one
-
-
-def _one_free_one_held() -> tuple[Any, Any]:
-    nodes = table([("v4-16", "a", 0), ("v4-16", "a", 1), ("v4-16", "b", 0), ("v4-16", "b", 1)], labels=True)
-    for nid, n in nodes.items():
-        n.update(NodeID=nid, Alive=True)
-    head_a = next(
-        nid
-        for nid, n in nodes.items()
-        if n["Labels"].get("ray.io/tpu-slice-name") == "a" and "TPU-v4-16-head" in n["Resources"]
-    )
-    head_b = next(
-        nid
-        for nid, n in nodes.items()
-        if n["Labels"].get("ray.io/tpu-slice-name") == "b" and "TPU-v4-16-head" in n["Resources"]
-    )
-    group = "ab" * 14
-    available = {head_a: {"TPU-v4-16-head_group_" + group: 1.0}, head_b: {"TPU-v4-16-head": 1.0}}
-    scheduler, _ = scheduler_over(nodes, available)
-    scheduler._group_jobs[group] = "holder"
-    return scheduler, group
 
 
 def test_a_waiting_jobs_call_is_held_until_its_answer_changes_and_a_job_that_left_stays_out_of_line() -> None:
