@@ -23,12 +23,14 @@ read from the control plane's own processes (``control``: Fray's supervisor and 
 JobSupervisor actors; a process new in the window counted whole): the whole head's CPU moves by hundreds of
 ms/s between two windows with nothing of the job in it (bench/NOTES.md, 2026-11-28). The cases:
 
-- idle (baseline) -> Fray job RUNNING on the real slice (hosts sleep) -> + a Fray job QUEUED behind it -> +
-  ``--queued`` - 1 more QUEUED (what each further one adds: the first carries the cluster's one view, which
-  the scheduler actor reads once a second while any job waits);
+- idle (baseline) -> Fray job RUNNING on a real slice (hosts sleep) -> + ``--running`` more RUNNING, each on
+  a real slice of its own (what each further one adds: the first carries what its supervisor process shares
+  with every job it supervises, one ``CheckAlive`` a second for all leases' nodes and one read of the draining
+  nodes) -> + a Fray job QUEUED behind them -> + ``--queued`` - 1 more QUEUED (what each further one adds: the
+  first carries the cluster's one view, which the scheduler actor reads once a second while any job waits);
 - the same with Ray job submission (``JobSubmissionClient``): an entrypoint that creates the slice's placement
-  group (label selector, the way Ray TPU code does) and runs a sleeping task per host; the queued one waits in
-  ``pg.ready()``.
+  group (label selector, the way Ray TPU code does) and runs a sleeping task per host (the further running
+  ones likewise); the queued one waits in ``pg.ready()``.
 
 GCS RPCs per second per job, by method, come from the GCS's own event stats (printed to ``gcs_server.out`` every
 ``RAY_event_stats_print_interval_ms``, set to 1 s here).
@@ -497,14 +499,16 @@ class Bench:
     def ray_job(self, entrypoint: str) -> str:
         return self.jobs.submit_job(entrypoint=entrypoint)
 
-    def ray_running(self, sub_id: str, timeout: float = 180.0) -> None:
-        """Until the job's placement group is ready and its host tasks run (the slice's TPUs are taken)."""
+    def ray_running(self, sub_id: str, timeout: float = 180.0, slices: int = 1) -> None:
+        """Until the job's placement group is ready and its host tasks run: ``slices`` real slices' TPUs are
+        taken (this job's and those of the Ray jobs started before it)."""
+        chips = self.spec.hosts * self.spec.chips_per_host
 
         def taken() -> bool:
             status = self.jobs.get_job_status(sub_id)
             if status.is_terminal():
                 raise RuntimeError(f"Ray job {sub_id} ended: {status}: {self.jobs.get_job_logs(sub_id)[-2000:]}")
-            return self.real_tpu_free() < self.spec.hosts * self.spec.chips_per_host
+            return self.real_tpu_free() <= chips * (self.real_slices - slices)
 
         common.wait_for(taken, timeout, f"Ray job {sub_id}'s hosts", step=0.2)
 
@@ -525,9 +529,13 @@ class Bench:
         real = {n.node_id for nodes in self.fake._nodes.values() for n in nodes}
         return sum(r.get("TPU", 0.0) for node_id, r in available_resources_per_node().items() if node_id in real)
 
+    @property
+    def real_slices(self) -> int:
+        return 1 + self.args.running
+
     def idle(self) -> None:
-        """Until the real slice is free and the machine is quiet (not timed)."""
-        want = self.spec.hosts * self.spec.chips_per_host
+        """Until the real slices are free and the machine is quiet (not timed)."""
+        want = self.spec.hosts * self.spec.chips_per_host * self.real_slices
         common.wait_for(lambda: self.real_tpu_free() >= want, 120, "the real slice to be free", step=0.2)
         common.wait_quiet()
 
@@ -552,6 +560,19 @@ class Bench:
         self.fray_running(running)
         time.sleep(2.0)
         w_run = self.meter.measure()
+        # More running jobs (on slices of their own): the first one's figure carries what its supervisor
+        # process and the cluster share (one CheckAlive a second for every lease's nodes, one read of the
+        # draining nodes); what each further one adds is the per-job cost.
+        more_running = [self.fray_tpu_job() for _ in range(self.args.running)]
+        for job in more_running:
+            self.fray_running(job)
+        if more_running:
+            time.sleep(2.0)
+            w_more_run = self.meter.measure()
+            out["fray_running_more"] = scaled(diff(w_more_run, w_run), 1.0 / len(more_running))
+            w_run_all = w_more_run
+        else:
+            w_run_all = w_run
         queued = self.fray_tpu_job()
         time.sleep(3.0)  # its supervisor is up and asking the scheduler
         if self.fake.cluster.poll(queued).status.value != "PENDING":
@@ -564,8 +585,8 @@ class Bench:
             time.sleep(3.0)
             w_more = self.meter.measure()
             out["fray_queued_more"] = scaled(diff(w_more, w_queue), 1.0 / len(more))
-        self.fray_stop([queued, running, *more])
-        out["fray_running"], out["fray_queued"] = diff(w_run, base), diff(w_queue, w_run)
+        self.fray_stop([queued, running, *more_running, *more])
+        out["fray_running"], out["fray_queued"] = diff(w_run, base), diff(w_queue, w_run_all)
         self.idle()
         base2 = self.meter.measure()
         entry = f"{sys.executable} {self.body}"
@@ -573,11 +594,21 @@ class Bench:
         self.ray_running(r_running)
         time.sleep(2.0)
         r_run = self.meter.measure()
+        r_more_running = [self.ray_job(entry) for _ in range(self.args.running)]
+        for i, sub in enumerate(r_more_running):
+            self.ray_running(sub, slices=2 + i)
+        if r_more_running:
+            time.sleep(2.0)
+            r_more_run = self.meter.measure()
+            out["ray_running_more"] = scaled(diff(r_more_run, r_run), 1.0 / len(r_more_running))
+            r_run_all = r_more_run
+        else:
+            r_run_all = r_run
         r_queued = self.ray_job(entry)
         time.sleep(5.0)  # its driver is up and waiting for its placement group
         r_queue = self.meter.measure()
-        self.ray_stop([r_queued, r_running])
-        out["ray_running"], out["ray_queued"] = diff(r_run, base2), diff(r_queue, r_run)
+        self.ray_stop([r_queued, r_running, *r_more_running])
+        out["ray_running"], out["ray_queued"] = diff(r_run, base2), diff(r_queue, r_run_all)
         out["base2"] = base2
         return out
 
@@ -706,7 +737,15 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
         f" {'control ms/s':>13}  top GCS RPCs/s (ms/s)"
     )
     for r in cpu:
-        for case in ("fray_queued", "fray_queued_more", "fray_running", "ray_queued", "ray_running"):
+        for case in (
+            "fray_queued",
+            "fray_queued_more",
+            "fray_running",
+            "fray_running_more",
+            "ray_queued",
+            "ray_running",
+            "ray_running_more",
+        ):
             if case not in r:
                 continue
             d = r[case]
@@ -774,10 +813,15 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
                 f"{d['control']:.2f} ms/s <= {GOAL_HEAD_MS}: {_met(d['control'] <= GOAL_HEAD_MS)} (whole head "
                 f"{d['head']:.1f})"
             )
-        if "fray_queued_more" in big:
-            d = big["fray_queued_more"]
+        for kind, carries in (
+            ("queued", "the cluster's one view"),
+            ("running", "its supervisor process's shared liveness and drain reads"),
+        ):
+            if f"fray_{kind}_more" not in big:
+                continue
+            d = big[f"fray_{kind}_more"]
             print(
-                f"  per further queued job at {big['n']} hosts (the first carries the cluster's one view, above): "
+                f"  per further {kind} job at {big['n']} hosts (the first carries {carries}, above): "
                 f"GCS (its RPCs) {d['gcs_rpc']:.2f} ms/s <= {GOAL_GCS_MS}: {_met(d['gcs_rpc'] <= GOAL_GCS_MS)}; "
                 f"head (control plane) {d['control']:.2f} ms/s <= {GOAL_HEAD_MS}: "
                 f"{_met(d['control'] <= GOAL_HEAD_MS)} (whole head {d['head']:.1f})"
@@ -814,13 +858,13 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
 
 
 @contextlib.contextmanager
-def emulated_cluster() -> Iterator[Any]:
+def emulated_cluster(slices: int = 1) -> Iterator[Any]:
     from fray_ray.testing import fake_tpu_cluster
 
     saved = {k: os.environ.get(k) for k in RAY_ENV}
     os.environ.update(RAY_ENV)
     try:
-        with fake_tpu_cluster({TPU_TYPE: 1}) as fake:
+        with fake_tpu_cluster({TPU_TYPE: slices}) as fake:
             yield fake
     finally:
         for k, v in saved.items():
@@ -844,10 +888,16 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="queued Fray jobs at once in the per-job window (the first carries the view)",
     )
+    ap.add_argument(
+        "--running",
+        type=int,
+        default=2,
+        help="further running jobs of each kind in the per-job window, each on a real slice of its own (0: skip)",
+    )
     ap.add_argument("--jobs", type=int, default=200, help="jobs of each kind for throughput (0: skip)")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.hosts, args.window, args.concurrent, args.jobs, args.queued = [64], 1.0, 1, 2, 2
+        args.hosts, args.window, args.concurrent, args.jobs, args.queued, args.running = [64], 1.0, 1, 2, 2, 0
         common.smoke()
     if sorted(args.hosts) != args.hosts or any(n % PHANTOM_HOSTS_PER_SLICE or n < 0 for n in args.hosts):
         ap.error(
@@ -858,7 +908,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     cpu: list[dict[str, Any]] = []
     mem = tp = None
-    with tempfile.TemporaryDirectory(prefix="fray-cp-") as tmp, emulated_cluster() as fake:
+    with tempfile.TemporaryDirectory(prefix="fray-cp-") as tmp, emulated_cluster(1 + args.running) as fake:
         bench = Bench(fake, args, tmp)
         try:
             # Memory and throughput first, before any phantom exists: they are about jobs, not the cluster's size.
@@ -872,8 +922,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.phantoms.close()
     print(
-        f"Ray control plane per Fray job vs Ray job submission (emulated cluster: head + 1 x {TPU_TYPE}, "
-        f"plus phantom {PHANTOM_TYPE} hosts)"
+        "Ray control plane per Fray job vs Ray job submission (emulated cluster: head + "
+        f"{1 + args.running} x {TPU_TYPE}, plus phantom {PHANTOM_TYPE} hosts)"
     )
     report(cpu, mem, tp)
     load1 = os.getloadavg()

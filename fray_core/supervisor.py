@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,7 +32,7 @@ from fray_core.joblog import LogSink
 from fray_core.records import JobStore
 from fray_core.request import JobRequest
 from fray_core.runner import GangRunner, RetryPolicy, SliceProvider
-from fray_core.status import JobId, JobInfo, JobStatus
+from fray_core.status import AttemptOutcome, JobId, JobInfo, JobStatus
 
 __all__ = ["LOG_UPLOAD_INTERVAL", "RecordCluster", "Supervisor", "check_picklable", "launch_error"]
 
@@ -298,6 +299,27 @@ class Supervisor:
             pass  # the store is unreachable now: the next upload (or the final one) sends these bytes too
 
 
+def _end_orphan(info: JobInfo, reason: str, now: float | None = None) -> None:
+    """End ``info``, whose supervisor is gone, FAILED with ``reason``: an attempt it left open ends then too,
+    CANCELLED (its hosts went with their supervisor) with ``reason`` as its cause. Neither retry budget is
+    charged, and no attempt says FAILED: the user's code did not fail, and no slice was lost.
+
+    >>> from fray_core.status import Attempt
+    >>> info = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING, attempts=[Attempt(index=0, started_at=1.0)])
+    >>> _end_orphan(info, "its supervisor is gone", now=5.0)
+    >>> info.status.value, info.finished_at, info.attempts[0].outcome.value, info.attempts[0].ended_at
+    ('FAILED', 5.0, 'CANCELLED', 5.0)
+    """
+    now = time.time() if now is None else now
+    info.status, info.error = JobStatus.FAILED, reason
+    info.pending_reason = None  # what it waited for is moot: it ended
+    info.finished_at = info.finished_at or now
+    for attempt in info.attempts:
+        if attempt.outcome is None:
+            attempt.outcome, attempt.ended_at = AttemptOutcome.CANCELLED, attempt.ended_at or info.finished_at
+            attempt.cause = attempt.cause or reason
+
+
 class RecordCluster(Cluster):
     """A :class:`Cluster` whose jobs are known by their records in :attr:`store`: ``poll``, ``list_jobs``
     and ``logs`` are written here; a backend says how to tell that a job's supervisor is gone
@@ -336,12 +358,21 @@ class RecordCluster(Cluster):
         reason = self.owner_gone(info, record)
         if reason is None:
             return info
-        info, _ = self.store.read_info(str(info.job_id))  # the supervisor writes the final record just before it goes
+        # the supervisor writes the final record just before it goes
+        info, record = self.store.read_info(str(info.job_id))
         if not info.status.is_terminal():
-            info.status = JobStatus.FAILED
-            info.error = reason
-            info.pending_reason = None  # what it waited for is moot: it ended
+            _end_orphan(info, reason)
+            self._record_orphan(info, record)
         return info
+
+    def _record_orphan(self, info: JobInfo, record: dict[str, Any]) -> None:
+        """Write the verdict on a job whose supervisor is gone into its record, so that it is terminal on disk
+        (one ``finished_at`` for every later reader, the open attempt closed) and nobody has to judge it again.
+        Best effort: a reader that may not write the store (another user's job) still answers, from memory."""
+        try:
+            self.store.write_record(str(info.job_id), {**record, **info.to_json()})
+        except (OSError, RecordError, ValueError, TypeError):
+            pass
 
     def list_jobs(self) -> list[JobInfo]:
         """Every job in the store (of :attr:`listed_backend`), oldest first; never unpickles. A job whose

@@ -284,6 +284,9 @@ def test_a_supervisor_killed_at_a_random_instant_ends_its_job_with_the_truth_nev
             if info.status is JobStatus.FAILED:
                 assert "supervisor" in (info.error or ""), info.error
             assert info.failures == 0 and "FAILED" not in outcomes, (outcomes, info.error)
+            # every attempt ended, and the record on the cluster says so too (not RUNNING for good)
+            assert all(a.outcome is not None and a.ended_at is not None for a in info.attempts), info.attempts
+            assert cluster.store.read_info(job_id)[0].status is info.status
             for start in marks.glob("start-*"):  # a host that did not end by itself dies with its job
                 if not (marks / start.name.replace("start-", "end-")).exists():
                     host = int(start.read_text())

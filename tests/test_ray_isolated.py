@@ -43,6 +43,19 @@ def survive_preemption(doomed):
         time.sleep(300)
     return os.environ["TPU_NAME"]
 
+def checkpoint_on_notice():
+    # attempt 0 waits for its notice, prints it (its checkpoint) and exits; the retry returns its slice
+    import signal, fray_core
+    if os.environ["FRAY_ATTEMPT"] != "0":
+        return os.environ["TPU_NAME"]
+    def on_term(signum, frame):
+        print(f"checkpoint before {fray_core.preemption_notice()}", flush=True)
+        time.sleep(1.0)  # the notice's line reaches the log before the host goes
+        os._exit(1)
+    signal.signal(signal.SIGTERM, on_term)
+    print("up", flush=True)
+    time.sleep(300)
+
 def chatty(n):
     for i in range(n):
         print(f"line {i} from an isolated host", flush=True)
@@ -74,6 +87,12 @@ try:
     print("FACTS", json.dumps(info.result[0]))
     job = cluster.launch(tpu(iso_mod.chatty, n=3))
     print("STORE", cluster.store.root)
+    # a second job queues behind it (the scheduler actor's held call): it says why, and goes once it may
+    waiter = cluster.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r}))
+    end = time.monotonic() + 90
+    while "held by" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
+        time.sleep(0.2)
+    print("QUEUED", json.dumps(cluster.poll(waiter).pending_reason))
     # another process of the client's machine, knowing only the address (as `ray job` takes it)
     env = {{k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}}
     env["RAY_ADDRESS"] = fake.address
@@ -87,7 +106,23 @@ try:
     print("LOGS", json.dumps(logs.stdout + logs.stderr))
     stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
     print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
+    stopped_at = time.time()
     print("FINAL", cluster.wait(job, timeout=60).status.value)
+    info = cluster.wait(waiter, timeout=120)
+    print("WAITER", json.dumps([info.status.value, info.error, info.attempts[0].acquired_at - stopped_at]))
+    # a drain for preemption on an isolated host: the notice comes from the job's supervisor (its notice
+    # board, through Ray's object owner protocol), the user's handler gets it, and the retry costs no failure
+    job = cluster.launch(JobRequest(name="notice", entrypoint=Entrypoint(callable=iso_mod.checkpoint_on_notice),
+                                    resources=ResourceConfig.with_tpu("v4-8"), max_retries_failure=0))
+    end = time.monotonic() + 120
+    while not any(line.endswith("up") for line in cluster.logs(job)) and time.monotonic() < end:
+        time.sleep(0.2)
+    (drained,) = cluster.poll(job).attempts[0].slices
+    deadline = fake.drain(drained, grace=15.0, restore_after=1.0)
+    info = cluster.wait(job, timeout=180)
+    print("NOTICE", json.dumps([info.status.value, info.error, info.failures,
+                                [a.outcome.value if a.outcome else None for a in info.attempts], deadline,
+                                [line for line in cluster.logs(job) if "notice" in line or "checkpoint" in line]]))
     # chaos on isolated hosts: the slice is lost at a seeded instant of the job's life (before it runs, or
     # while it runs); the job is retried on a fresh slice, on the preemption budget only
     import random
@@ -149,6 +184,16 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     code, said = json.loads(got["STOP"])
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
+    queued = json.loads(got["QUEUED"])
+    assert queued.startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), queued
+    status, error, took = json.loads(got["WAITER"])
+    assert status == "SUCCEEDED" and took < 30, (status, error, took)  # went once the slice was free
+    status, error, failures, outcomes, deadline, lines = json.loads(got["NOTICE"])
+    assert status == "SUCCEEDED" and failures == 0 and outcomes == ["PREEMPTED", "SUCCEEDED"], (error, outcomes)
+    notices = [line for line in lines if "[fray] preemption notice" in line]
+    assert len(notices) == 1 and "(from its supervisor)" in notices[0], lines
+    seen = [float(line.rsplit(" ", 1)[1]) for line in lines if "checkpoint before " in line]
+    assert len(seen) == 1 and abs(seen[0] - deadline) < 0.01, (deadline, lines)  # the handler read Ray's deadline
     status, error, failures, preemptions, outcomes, result, old_slice, took, delay = json.loads(got["CHAOS"])
     seed = got["SEED"]
     assert status == "SUCCEEDED" and failures == 0, (seed, delay, error, outcomes)  # never the failure budget

@@ -23,6 +23,7 @@ import pytest
 from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_core.errors import FrayError, RecordError
 from fray_core.records import MAX_RECORD_BYTES, JobStore
+from fray_core.status import Attempt, AttemptOutcome
 from fray_core.types import JobInfo
 from fray_local import LocalCluster
 from fray_local.testing import TEST_POLICY
@@ -484,10 +485,24 @@ def test_a_record_cluster_needs_only_the_owner_hook(tmp_path: Path) -> None:
             JobInfo(job_id=job_id, name=job_id, status=status, backend="minimal", submitted_at=ord(job_id)), owner=owner
         )
     store.write(JobInfo(job_id="other", name="other", status=JobStatus.RUNNING, backend="local"), owner="gone")
+    b, _ = store.read_info("b")  # b's supervisor died with its second attempt open
+    b.attempts = [Attempt(0, ["s0"], 1.0, 2.0, AttemptOutcome.PREEMPTED), Attempt(1, ["s1"], started_at=3.0)]
+    b.preemptions = 1
+    store.write(b, owner="gone")
     (tmp_path / "jobs" / "b" / "job.log").write_text("[r0] hello\n")
     cluster = Minimal(root, dead={"gone"})
     assert cluster.poll("a").status is JobStatus.RUNNING
-    assert cluster.poll("b").status is JobStatus.FAILED and cluster.poll("b").error == "its supervisor is gone"
+    gone = cluster.poll("b")
+    assert gone.status is JobStatus.FAILED and gone.error == "its supervisor is gone"
+    # the verdict is on disk: the open attempt ended with its cause, no budget charged, one finished_at
+    on_disk, record = store.read_info("b")
+    assert on_disk.status is JobStatus.FAILED and on_disk.finished_at == gone.finished_at is not None
+    assert [(a.outcome, a.cause) for a in on_disk.attempts] == [
+        (AttemptOutcome.PREEMPTED, None),
+        (AttemptOutcome.CANCELLED, "its supervisor is gone"),
+    ]
+    assert on_disk.attempts[1].ended_at == on_disk.finished_at and (on_disk.failures, on_disk.preemptions) == (0, 1)
+    assert record["owner"] == "gone" and cluster.poll("b").finished_at == gone.finished_at
     assert cluster.poll("c").status is JobStatus.SUCCEEDED  # a finished job's owner does not matter
     assert [(i.job_id, i.status) for i in cluster.list_jobs()] == [
         ("a", JobStatus.RUNNING),
