@@ -132,7 +132,14 @@ STACKS_QUIET = 0.5  # ... and for no more of a host's lines to come (its log bat
 RELEASE_TIMEOUT = 5.0  # seconds a job's next acquire waits for the nodes to have its released resources back
 TRANSIT_S = 1.0  # seconds a busy slice that no job holds is looked at again every TRANSIT_STEP (see _in_transit)
 TRANSIT_STEP = 0.05
-DRAIN_ASK_WAIT = 0.05  # seconds a health check waits for the scheduler's list of draining nodes (else: next time)
+# A process's question for the draining nodes is held by the scheduler while its answer stays the same, up to
+# DRAIN_HOLD seconds (see Scheduler.draining): asked once a second before, each call was a task the supervisor
+# submitted, and Ray sends a profile event for every submitted task to the GCS (one AddTaskEventData a second
+# per supervisor process, ~1.3 ms/s of GCS work at 16,000 hosts: bench/NOTES.md, issue 29). A health check
+# takes the answer when it is there and never waits for a held one (the last answer stands meanwhile).
+DRAIN_HOLD = 30.0
+FIRST_DRAIN_WAIT = 0.05  # seconds a health check waits for a process's first list of draining nodes
+CHECK_ALIVE_TIMEOUT = 1.0  # seconds the liveness check of a process's lease nodes waits for the GCS (else: next time)
 # A one-replica job's task Ray queues itself (see _queue_lease): said in its pending reason only after this long
 # (a task Ray starts at once needs none: a changed pending reason is a record write), and failed as unschedulable
 # once no node had room for it for this long (its nodes gone, no autoscaler: else it would wait forever).
@@ -187,7 +194,8 @@ class _Drains:
     clients' waits, kept each other's health checks waiting: bench/NOTES.md)."""
 
     nodes: dict[str, int] = attrs.Factory(dict)
-    at: float = float("-inf")
+    at: float = float("-inf")  # when the question was last looked at (its answer taken, or still held)
+    known: bool = False  # the scheduler answered once: its answer can be held until it changes
     asking: bool = False
     lock: threading.Lock = attrs.Factory(threading.Lock)
     # its own client: a question not answered in time stays in flight there and the next asker of the process
@@ -236,7 +244,7 @@ class _NodeLiveness:
             try:
                 if wanted:
                     gcs = ray._private.worker.global_worker.gcs_client
-                    alive = gcs.check_alive([NodeID.from_hex(n) for n in wanted], timeout=DRAIN_ASK_WAIT * 20)
+                    alive = gcs.check_alive([NodeID.from_hex(n) for n in wanted], timeout=CHECK_ALIVE_TIMEOUT)
                     with self._lock:
                         self._dead.update(n for n, up in zip(wanted, alive) if not up)
             except Exception:  # noqa: BLE001 - the GCS is busy: the next check asks again
@@ -965,8 +973,9 @@ class RaySliceProvider(SliceProvider):
     def _draining(self) -> dict[str, int]:
         """The nodes Ray drains (node id -> deadline, ms since the epoch; 0: none given), as the scheduler
         last read them: one read a second for the whole cluster, not one per supervisor (Ray's handler
-        walks every node: 8 ms of GCS work a call at 16,000 hosts, issue 29). Asked at most once per
-        ``HEALTH_INTERVAL``; a scheduler that has not answered yet leaves the last answer standing."""
+        walks every node: 8 ms of GCS work a call at 16,000 hosts, issue 29). Looked at most once per
+        ``HEALTH_INTERVAL``: one question in flight per process, held by the scheduler until its answer
+        changes (``DRAIN_HOLD``); a question not answered yet leaves the last answer standing."""
         shared = _Drains.of(self.scheduler.namespace)
         with shared.lock:
             if time.monotonic() - shared.at < HEALTH_INTERVAL or shared.asking:
@@ -978,12 +987,15 @@ class RaySliceProvider(SliceProvider):
             client = shared.client
         answer = None
         try:
-            answer = client.ask("draining", timeout=DRAIN_ASK_WAIT)
+            if shared.known:  # held while it stays the same: taken when there, never waited for
+                answer = client.ask("draining", shared.nodes, DRAIN_HOLD, timeout=0.0)
+            else:  # the first answer: worth a moment's wait (the scheduler may be starting)
+                answer = client.ask("draining", timeout=FIRST_DRAIN_WAIT)
         finally:
             with shared.lock:
-                shared.asking = False
+                shared.asking, shared.at = False, time.monotonic()
                 if isinstance(answer, dict):
-                    shared.nodes, shared.at = answer, time.monotonic()
+                    shared.nodes, shared.known = answer, True
         return shared.nodes
 
     @property

@@ -54,8 +54,8 @@ __all__ = [
 
 # The version is in the name: a detached scheduler of an older Fray lives on in a long-lived cluster, and
 # a newer client must not call methods it lacks (v2: it reads the cluster's state itself, acquire_pool; v3:
-# acquire_pool holds a waiting job's call, known and hold).
-SCHEDULER_NAME = "fray-scheduler-v3"
+# acquire_pool holds a waiting job's call, known and hold; v4: draining holds a supervisor's call the same way).
+SCHEDULER_NAME = "fray-scheduler-v4"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
 # The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
 # caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
@@ -350,15 +350,25 @@ class Scheduler:
         )
         return answer
 
-    async def draining(self) -> dict[str, int]:
+    async def draining(self, known: dict[str, int] | None = None, hold: float = 0.0) -> dict[str, int]:
         """The nodes Ray drains, node id -> deadline (ms since the epoch, 0: none given), read at most once a
         second for every running job of the cluster (``{}`` when the GCS cannot say: a lost node still shows
-        in the job's own placement groups)."""
-        try:
-            value, _ = await self._state_of("draining")
-        except Exception:
-            return {}
-        return dict(value)
+        in the job's own placement groups). ``known``: the answer the caller has; while the answer is still
+        that one the call is held, up to ``hold`` seconds, looked at again every ``HOLD_STEP`` (the read
+        itself is this actor's one view, re-read as ``_state_of`` says): a supervisor process asks a few
+        times a minute while nothing drains, not once a second, and hears of a drain within a second of
+        this actor's read of it."""
+        end = time.monotonic() + max(0.0, hold)
+        while True:
+            try:
+                value, _ = await self._state_of("draining")
+                value = dict(value)
+            except Exception:
+                value = {}
+            left = end - time.monotonic()
+            if known is None or value != known or left <= 0:
+                return value
+            await asyncio.sleep(min(left, HOLD_STEP))
 
     async def free_in_pool(self, job_id: str, tpu_type: str, label: dict[str, str], topology: str | None) -> int:
         """Of the free slices of ``tpu_type`` with ``label`` and ``topology``, how many ``job_id`` could take
@@ -556,6 +566,11 @@ class SchedulerClient:
             num_cpus=0,
             max_restarts=0,
             resources={self.resource: ACTOR_RESOURCE},  # with the supervisors, on a non-preemptible node
+            # No profile events for the calls it serves: Ray records them ("timeline") for every task a process
+            # runs or submits, whatever the task's enable_task_events, and sends them to the GCS once a second
+            # while there are any (an AddTaskEventData a second from a busy actor, ~1.3 ms/s of GCS work at
+            # 16,000 hosts: bench/NOTES.md, issue 29). Merged into the creating supervisor's env_vars.
+            runtime_env={"env_vars": {"RAY_enable_timeline": "0"}},
         ).remote(*self.quarantine)
 
     def call(self, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:

@@ -350,6 +350,47 @@ def test_a_waiting_jobs_call_is_held_until_its_answer_changes_and_a_job_that_lef
     asyncio.run(scenario())
 
 
+def test_a_supervisors_question_for_the_draining_nodes_is_held_until_the_answer_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: a supervisor process asked for the draining nodes once a second, and each call was a task
+    it submitted, whose profile event Ray sends to the GCS (one AddTaskEventData a second per process). It
+    now sends the answer it has; the call is held while that answer holds (the scheduler looks at its view
+    again every HOLD_STEP) and returns as soon as a node drains, or when the hold is over."""
+    import threading
+
+    import fray_ray.scheduler as sched
+    import fray_ray.view as view
+
+    monkeypatch.setattr(sched, "HOLD_STEP", 0.01)  # look again at once, and read at every look
+    monkeypatch.setattr(sched, "REFRESH_S", 0.0)
+    monkeypatch.setattr(view, "REFRESH_S", 0.0)
+    scheduler, _ = scheduler_over({}, {})
+    draining: dict[str, int] = {}
+    reads: list[int] = []
+    looked_again = threading.Event()
+
+    def read() -> dict[str, int]:
+        reads.append(1)
+        if len(reads) >= 5:
+            looked_again.set()
+        return dict(draining)
+
+    scheduler._cluster._state["draining"].read = read
+
+    async def scenario() -> None:
+        assert await scheduler.draining() == {}  # nothing known: answered at once
+        held = asyncio.ensure_future(scheduler.draining({}, 30.0))
+        assert await asyncio.get_running_loop().run_in_executor(None, looked_again.wait, 10.0)
+        assert not held.done()  # looked at again and again, the same answer: held
+        draining["ab" * 28] = 1_800_000_000_000
+        assert await asyncio.wait_for(held, 10.0) == {"ab" * 28: 1_800_000_000_000}  # a node drains: at once
+        # the same answer past the hold: returned then (the supervisor sends the next question)
+        assert await asyncio.wait_for(scheduler.draining(dict(draining), 0.05), 10.0) == draining
+
+    asyncio.run(scenario())
+
+
 def test_a_scheduler_that_cannot_read_the_cluster_holds_the_job_and_says_why() -> None:
     """The GCS does not answer the scheduler's read: every queued job waits, held (no budget spent), with
     the error in its pending reason; nothing is admitted blind."""

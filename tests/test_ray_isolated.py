@@ -90,7 +90,8 @@ try:
     # a second job queues behind it (the scheduler actor's held call): it says why, and goes once it may
     waiter = cluster.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r}))
     end = time.monotonic() + 90
-    while "held by" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
+    # (the slice may still be seen held by the job before, with chatty first in line: until chatty has it)
+    while "held by chatty" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
         time.sleep(0.2)
     print("QUEUED", json.dumps(cluster.poll(waiter).pending_reason))
     # another process of the client's machine, knowing only the address (as `ray job` takes it)
