@@ -140,6 +140,9 @@ TRANSIT_STEP = 0.05
 DRAIN_HOLD = 30.0
 FIRST_DRAIN_WAIT = 0.05  # seconds a health check waits for a process's first list of draining nodes
 CHECK_ALIVE_TIMEOUT = 1.0  # seconds the liveness check of a process's lease nodes waits for the GCS (else: next time)
+# Seconds between liveness checks of a process's lease nodes while no host failed (see _NodeLiveness): every
+# second it was the first running job's largest GCS call at 16,000 hosts (1.4-1.6/s at ~1 ms: bench/NOTES.md).
+LIVENESS_CALM_S = 5.0
 # A one-replica job's task Ray queues itself (see _queue_lease): said in its pending reason only after this long
 # (a task Ray starts at once needs none: a changed pending reason is a record write), and failed as unschedulable
 # once no node had room for it for this long (its nodes gone, no autoscaler: else it would wait forever).
@@ -215,10 +218,12 @@ NODE_ID_HEX = 56  # hex digits of a Ray node id
 
 
 class _NodeLiveness:
-    """Which nodes the GCS says are dead, for every lease of the process: one ``CheckAlive`` a second for the
-    nodes of all its running jobs (O(1) per node for the GCS), where each job looked up each of its placement
-    groups every second (one call a second per slice per job: issue 29). A node seen dead stays dead (Ray
-    never reuses a node id). A node first asked about is answered by the next check (at most a second)."""
+    """Which nodes the GCS says are dead, for every lease of the process: one ``CheckAlive`` for the nodes of
+    all its running jobs (O(1) per node for the GCS), every ``LIVENESS_CALM_S`` while their hosts run well and
+    every second while any job of the process looks for the cause of a host's failure (``urgent``), where
+    each job looked up each of its placement groups every second (one call a second per slice per job: issue
+    29). A node that dies fails the host tasks on it at once (Ray tells their owner, this process): the calm
+    check is for a node gone without that. A node seen dead stays dead (Ray never reuses a node id)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -227,18 +232,22 @@ class _NodeLiveness:
         self._at = float("-inf")
         self._asking = False
 
-    def dead(self, nodes: frozenset[str], now: float) -> set[str]:
+    def dead(self, nodes: frozenset[str], now: float, urgent: bool = False) -> set[str]:
         """The ones of ``nodes`` seen dead; asks the GCS (for every job's nodes) when the last ask is a
-        ``HEALTH_INTERVAL`` old."""
+        ``HEALTH_INTERVAL`` old (``urgent``: a host of the asking job failed) or ``LIVENESS_CALM_S``, or a node
+        is new (not asked about yet)."""
         with self._lock:
+            new = False
             for node in nodes:
                 if len(node) == NODE_ID_HEX:  # one odd id ("" for a bundle Ray did not place) would fail the call
+                    new = new or node not in self._wanted
                     self._wanted[node] = now
-            ask = not self._asking and now - self._at >= HEALTH_INTERVAL
+            due = HEALTH_INTERVAL if urgent or new else LIVENESS_CALM_S
+            ask = not self._asking and now - self._at >= due
             if ask:
                 self._asking, self._at = True, now
                 # nodes no job asked about for a while are not asked after any more
-                self._wanted = {n: t for n, t in self._wanted.items() if now - t < 5 * HEALTH_INTERVAL}
+                self._wanted = {n: t for n, t in self._wanted.items() if now - t < 2 * LIVENESS_CALM_S}
                 wanted = [n for n in self._wanted if n not in self._dead]
         if ask:
             try:
@@ -1185,7 +1194,8 @@ class RaySliceProvider(SliceProvider):
 
     def _check_health(self, leases: Any) -> None:
         """Mark leases lost (Ray's own state, no text): a node of the lease dead (the process's one
-        ``CheckAlive`` a second, :class:`_NodeLiveness`), or its placement group out of CREATED.
+        ``CheckAlive``, :class:`_NodeLiveness`: every second while this job looks for the cause of a host's
+        failure, else every ``LIVENESS_CALM_S``), or its placement group out of CREATED.
 
         The group of each lease (the first: a slice's head group sits on worker 0, a node of the host group
         too) is looked up by id at most every ``GROUP_CHECK_S`` while the job runs well, every check for
@@ -1203,7 +1213,7 @@ class RaySliceProvider(SliceProvider):
             res: _Reservation | None = lease.handle[0] if lease.handle is not None else None
             if res is None or res.lost is not None or res.removed:
                 continue
-            dead = _LIVENESS.dead(res.nodes, now) if res.nodes else set()
+            dead = _LIVENESS.dead(res.nodes, now, urgent=every) if res.nodes else set()
             if dead:
                 what = f"node(s) {', '.join(sorted(d[:12] for d in dead))}"
                 res.lost = (

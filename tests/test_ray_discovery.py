@@ -458,3 +458,43 @@ def test_a_costly_read_of_what_is_free_is_repeated_when_something_changed_not_ev
     available[heads[0]] = {"TPU-v4-16-head": 1.0}
     assert ask_later(REFRESH_S + 0.1, slow) == n + 4
     assert ask_later(REFRESH_S + 0.1, slow) == n + 4
+
+
+def test_a_processs_lease_nodes_are_checked_every_few_seconds_and_every_second_after_a_host_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: one ``CheckAlive`` a second for every lease's nodes was the first running job's largest GCS call
+    at 16,000 hosts. While hosts run well the nodes are checked every LIVENESS_CALM_S (a node that dies fails
+    its host tasks at once anyway); a new node at once, and every second while a job looks for the cause of a
+    host's failure (the sibling-first race). A node seen dead stays dead."""
+    import fray_ray.provider as provider
+
+    asked: list[tuple[float, list[str]]] = []
+    dead: set[str] = set()
+    clock = [0.0]
+
+    class Gcs:
+        def check_alive(self, ids: list[Any], timeout: float) -> list[bool]:
+            hexes = [i.hex() for i in ids]
+            asked.append((clock[0], hexes))
+            return [h not in dead for h in hexes]
+
+    monkeypatch.setattr(provider.ray._private.worker.global_worker, "gcs_client", Gcs(), raising=False)
+    liveness = provider._NodeLiveness()
+    a, b = "a" * 56, "b" * 56
+    nodes = frozenset({a, b})
+
+    def tick(until: float, urgent: bool = False) -> set[str]:
+        got: set[str] = set()
+        while clock[0] < until:  # a runner's health check every second
+            clock[0] += 1.0
+            got = liveness.dead(nodes, clock[0], urgent=urgent)
+        return got
+
+    assert liveness.dead(nodes, clock[0]) == set() and len(asked) == 1  # new nodes: asked at once
+    tick(10.0)
+    assert [t for t, _ in asked] == [0.0, 5.0, 10.0]  # calm: every LIVENESS_CALM_S
+    dead.add(b)
+    assert tick(13.0, urgent=True) == {b} and [t for t, _ in asked][-3:] == [11.0, 12.0, 13.0]
+    assert asked[-1][1] == [a]  # a dead node is not asked after again
+    assert tick(20.0) == {b}
