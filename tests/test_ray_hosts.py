@@ -35,7 +35,10 @@ def spawn_detached_child(marker_dir: str, hold: float) -> int:
         start_new_session=True,
     )
     pid = int(out.stdout.strip())
-    Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}").write_text(str(pid))
+    # written whole, then renamed: the test reads the markers while hosts write them (an empty read was a CI flake)
+    tmp = Path(marker_dir, f".child-{os.environ['FRAY_HOST_ID']}")
+    tmp.write_text(str(pid))
+    tmp.rename(Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}"))
     time.sleep(hold)
     return pid
 
