@@ -571,13 +571,7 @@ class Bench:
         more_running = [self.fray_tpu_job() for _ in range(self.args.running)]
         for job in more_running:
             self.fray_running(job)
-        if more_running:
-            time.sleep(2.0)
-            w_more_run = self.meter.measure()
-            out["fray_running_more"] = scaled(diff(w_more_run, w_run), 1.0 / len(more_running))
-            w_run_all = w_more_run
-        else:
-            w_run_all = w_run
+        w_run_all = self._further(out, "fray_running_more", more_running, w_run, settle=2.0)
         queued = self.fray_tpu_job()
         time.sleep(3.0)  # its supervisor is up and asking the scheduler
         if self.fake.cluster.poll(queued).status.value != "PENDING":
@@ -586,10 +580,7 @@ class Bench:
         # More queued jobs: the first one's figure carries the cluster's one view (the scheduler reads the
         # cluster once a second while anyone waits); what each further one adds is the per-job cost.
         more = [self.fray_tpu_job() for _ in range(max(0, self.args.queued - 1))]
-        if more:
-            time.sleep(3.0)
-            w_more = self.meter.measure()
-            out["fray_queued_more"] = scaled(diff(w_more, w_queue), 1.0 / len(more))
+        self._further(out, "fray_queued_more", more, w_queue, settle=3.0)
         self.fray_stop([queued, running, *more_running, *more])
         out["fray_running"], out["fray_queued"] = diff(w_run, base), diff(w_queue, w_run_all)
         self.idle()
@@ -602,13 +593,7 @@ class Bench:
         r_more_running = [self.ray_job(entry) for _ in range(self.args.running)]
         for i, sub in enumerate(r_more_running):
             self.ray_running(sub, slices=2 + i)
-        if r_more_running:
-            time.sleep(2.0)
-            r_more_run = self.meter.measure()
-            out["ray_running_more"] = scaled(diff(r_more_run, r_run), 1.0 / len(r_more_running))
-            r_run_all = r_more_run
-        else:
-            r_run_all = r_run
+        r_run_all = self._further(out, "ray_running_more", r_more_running, r_run, settle=2.0)
         r_queued = self.ray_job(entry)
         time.sleep(5.0)  # its driver is up and waiting for its placement group
         r_queue = self.meter.measure()
@@ -616,6 +601,18 @@ class Bench:
         out["ray_running"], out["ray_queued"] = diff(r_run, base2), diff(r_queue, r_run_all)
         out["base2"] = base2
         return out
+
+    def _further(
+        self, out: dict[str, Any], case: str, jobs: list[str], before: dict[str, Any], settle: float
+    ) -> dict[str, Any]:
+        """What each of ``jobs`` (started since the ``before`` window) adds, into ``out[case]``, after ``settle``
+        seconds; returns the window the next case starts from (``before`` when there are no such jobs)."""
+        if not jobs:
+            return before
+        time.sleep(settle)
+        after = self.meter.measure()
+        out[case] = scaled(diff(after, before), 1.0 / len(jobs))
+        return after
 
     # -- head memory
 
