@@ -32,10 +32,11 @@ REFRESH_S = 1.0  # seconds a copy of the cluster's state is served before it is 
 #: How often the scheduler repeats a read while nothing says the state changed: every ``READ_BACKOFF`` times
 #: the seconds the last read took (a read keeps the GCS busy at most 1/400 of the time), at least
 #: :data:`REFRESH_S`, at most the kind's ``MAX_INTERVAL_S``. The reads of the available resources and of the
-#: draining nodes cost the GCS in proportion to the cluster (~80 ms and ~6 ms of GCS CPU at 16,000 hosts,
-#: bench/NOTES.md, issue 29): read every second, they kept the GCS busy and every job's own calls queued behind
-#: them. At 1,000 hosts a read takes a few ms: every 1-4 s. What a job does (claim, release, end) and nodes
-#: coming or going make the scheduler read the available resources within a second anyway.
+#: draining nodes cost the GCS in proportion to the cluster (~80 ms and 0.65 ms of GCS work a call at 16,000
+#: hosts on a quiet machine, up to 10x that on a loaded one: bench/NOTES.md, issue 29): read every second, they
+#: kept the GCS busy and every job's own calls queued behind them. At 1,000 hosts a read takes a few ms:
+#: every 1-4 s. What a job does (claim, release, end) and nodes coming or going make the scheduler read the
+#: available resources within a second anyway.
 READ_BACKOFF = 400.0
 MAX_INTERVAL_S = {"available": 30.0, "draining": 5.0}
 
