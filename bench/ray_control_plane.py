@@ -1,7 +1,7 @@
 """The Ray control plane's cost per Fray job, at fleet-sized clusters, against Ray's own job submission (issue 29).
 
-    python bench/ray_control_plane.py                          # 1,000 phantom hosts, 10 s windows, 50 + 200 jobs
-    python bench/ray_control_plane.py --hosts 1000 4000 16000  # the issue's sizes (minutes: run it rarely)
+    python bench/ray_control_plane.py                          # 1,008 phantom hosts, 10 s windows, 50 + 200 jobs
+    python bench/ray_control_plane.py --hosts 1008 4000 16000  # the issue's sizes (minutes: run it rarely)
     python bench/ray_control_plane.py --smoke                  # 64 hosts, 1 s windows, 1 + 2 jobs (CI)
 
 **The phantom-node method.** One emulated cluster (``fray_ray.testing.fake_tpu_cluster({"v4-16": 1})``: a head
@@ -948,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI): 64 hosts, 1 s windows, 1 + 2 jobs")
     ap.add_argument(
-        "--hosts", type=int, nargs="+", default=[1000], help="phantom host counts, ascending (default 1000)"
+        "--hosts", type=int, nargs="+", default=[1008], help="phantom host counts, ascending (default 1008)"
     )
     ap.add_argument("--window", type=float, default=10.0, help="seconds of each CPU window")
     ap.add_argument("--concurrent", type=int, default=50, help="concurrent jobs of each kind for head memory (0: skip)")
