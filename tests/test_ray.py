@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
-from helpers import wait_for
+from helpers import wait_for, write_whole
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
@@ -41,10 +41,13 @@ TPU = "v4-16"
 
 
 def hold(marker_dir: str) -> str:
-    Path(
-        marker_dir,
-        f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}",
-    ).write_text(str(os.getpid()))
+    write_whole(
+        Path(
+            marker_dir,
+            f"started-a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}",
+        ),
+        str(os.getpid()),
+    )
     release = Path(marker_dir, f"release-a{os.environ['FRAY_ATTEMPT']}")
     end = time.monotonic() + 120
     while not release.exists() and time.monotonic() < end:
@@ -212,7 +215,7 @@ def test_a_request_that_can_never_fit_fails_at_once(ray_tpu_cluster: Any) -> Non
 
 
 def _hold_until_released(marker: str) -> int:
-    Path(marker, "pid").write_text(str(os.getpid()))
+    write_whole(Path(marker, "pid"), str(os.getpid()))
     end = time.monotonic() + 120
     while not Path(marker, "release").exists() and time.monotonic() < end:
         time.sleep(0.05)
@@ -223,7 +226,7 @@ def _hold_and_say_where(marker: str) -> int:
     """Host body: write the Ray node this runs on, then hold until released."""
     import ray as ray_
 
-    Path(marker, "node").write_text(ray_.get_runtime_context().get_node_id())
+    write_whole(Path(marker, "node"), ray_.get_runtime_context().get_node_id())
     return _hold_until_released(marker)
 
 
@@ -677,7 +680,7 @@ def test_a_supervisor_killed_with_9_ends_each_of_its_jobs_with_the_truth(ray_tpu
 
 
 def _hold_cpu(marker: str) -> None:
-    Path(marker, "pid").write_text(str(os.getpid()))
+    write_whole(Path(marker, "pid"), str(os.getpid()))
     time.sleep(300)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helpers import wait_for
+from helpers import wait_for, write_whole
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
@@ -28,7 +28,7 @@ def checkpoints_on_notice(flags: str) -> str:
         return os.environ["TPU_NAME"]
 
     def on_term(signum: int, frame: object) -> None:
-        Path(flags, f"checkpoint-{os.environ['FRAY_HOST_ID']}").write_text(repr(fray_core.preemption_notice()))
+        write_whole(Path(flags, f"checkpoint-{os.environ['FRAY_HOST_ID']}"), repr(fray_core.preemption_notice()))
         time.sleep(1.0)  # a checkpoint takes a while: the host's output (the notice's line) reaches the log
         os._exit(1)  # a non-zero exit after a notice still costs no failure budget
 

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 import pytest
 
-from helpers import wait_for
+from helpers import wait_for, write_whole
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
@@ -41,7 +41,7 @@ def chaos_host(seconds: float, fail_marker: str | None = None) -> str:
     first = (os.environ["FRAY_ATTEMPT"], os.environ["FRAY_SLICE_ID"], os.environ["FRAY_HOST_ID"]) == ("0", "0", "0")
     if fail_marker and first:
         time.sleep(0.5)
-        Path(fail_marker).write_text(os.environ["TPU_NAME"])
+        write_whole(fail_marker, os.environ["TPU_NAME"])
         raise RuntimeError("the user's code failed")
     time.sleep(seconds)
     return os.environ["TPU_NAME"]
@@ -206,9 +206,9 @@ def test_a_slice_removed_at_a_random_instant_of_the_phase_costs_one_retry(
 def marked_host(marks: str, seconds: float) -> str:
     """Says its pid when it starts and again when it ends; sleeps ``seconds`` in between."""
     me = f"{os.environ['FRAY_JOB_ID']}-{os.environ.get('FRAY_SLICE_ID', 'r')}-{os.environ['FRAY_HOST_ID']}"
-    Path(marks, f"start-{me}").write_text(str(os.getpid()))
+    write_whole(Path(marks, f"start-{me}"), str(os.getpid()))
     time.sleep(seconds)
-    Path(marks, f"end-{me}").write_text(str(os.getpid()))
+    write_whole(Path(marks, f"end-{me}"), str(os.getpid()))
     return me
 
 

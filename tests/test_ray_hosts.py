@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import wait_for
+from helpers import wait_for, write_whole
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray")
@@ -35,10 +35,7 @@ def spawn_detached_child(marker_dir: str, hold: float) -> int:
         start_new_session=True,
     )
     pid = int(out.stdout.strip())
-    # written whole, then renamed: the test reads the markers while hosts write them (an empty read was a CI flake)
-    tmp = Path(marker_dir, f".child-{os.environ['FRAY_HOST_ID']}")
-    tmp.write_text(str(pid))
-    tmp.rename(Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}"))
+    write_whole(Path(marker_dir, f"child-{os.environ['FRAY_HOST_ID']}"), str(pid))
     time.sleep(hold)
     return pid
 
@@ -223,7 +220,7 @@ def leave_a_mess(marker_dir: str) -> dict[str, Any]:
         text=True,
         start_new_session=True,
     )
-    Path(marker_dir, f"child-{seen['job']}").write_text(out.stdout.strip())
+    write_whole(Path(marker_dir, f"child-{seen['job']}"), out.stdout.strip())
     print(f"mess made by {seen['job']}", flush=True)
     print(f"and on stderr by {seen['job']}", file=sys.stderr, flush=True)
     return seen
