@@ -72,6 +72,7 @@ __all__ = [
     "host_info",
     "run_until_released",
     "wait_for",
+    "write_whole",
 ]
 
 
@@ -85,11 +86,27 @@ def host_info(marker_dir: str = "") -> dict[str, str]:
     return env
 
 
+def write_whole(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees it half-written: into a hidden file beside it, then
+    renamed over it. For the markers a host writes and a test reads as soon as they exist (an empty read of one
+    written in place was a CI flake, twice).
+
+    >>> import tempfile
+    >>> marker = Path(tempfile.mkdtemp(), "started")
+    >>> write_whole(marker, "4242")
+    >>> marker.read_text()
+    '4242'
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # hidden: no glob of markers sees it
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _mark(marker_dir: str) -> None:
-    """Write ``a<attempt>-s<slice>-h<host>`` (the pid) into ``marker_dir``, atomically."""
+    """Write ``a<attempt>-s<slice>-h<host>`` (the pid) into ``marker_dir``, whole."""
     name = f"a{os.environ['FRAY_ATTEMPT']}-s{os.environ['FRAY_SLICE_ID']}-h{os.environ['FRAY_HOST_ID']}"
-    Path(marker_dir, name + ".tmp").write_text(str(os.getpid()))
-    os.replace(Path(marker_dir, name + ".tmp"), Path(marker_dir, name))
+    write_whole(Path(marker_dir, name), str(os.getpid()))
 
 
 def run_until_released(marker_dir: str) -> dict[str, str]:
