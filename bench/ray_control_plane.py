@@ -43,9 +43,10 @@ control plane (Fray's supervisor actor / Ray's JobSupervisor actor) and the rest
 
 **Throughput**: ``--jobs`` small CPU jobs (``sum(range(10**5))``) launched back to back; time until all
 SUCCEEDED, for Fray (``launch`` x n, then ``wait``), raw Ray tasks (``f.remote()`` x n, ``ray.get``; the goal's
-baseline), raw Ray tasks given the job's code as Fray ships it (Ray's ``working_dir``, the same package: what
-shipping code costs Ray itself) and Ray job submission (``submit_job`` x n, then polling ``get_job_status``); the
-median ``launch`` call.
+baseline), raw Ray tasks that each keep a record as a job must (the floor: a KV put before, the task's final
+put, the client's read; cold and again at once), raw Ray tasks given the job's code as Fray ships it (Ray's
+``working_dir``, the same package: what shipping code costs Ray itself) and Ray job submission (``submit_job``
+x n, then polling ``get_job_status``); the median ``launch`` call.
 
 The machine has 2 cores shared with others: read the ratios and the per-job deltas, not absolute seconds; the
 load average before and after is printed. Goal lines are issue 29's.
@@ -81,6 +82,7 @@ SMALL_RAM = "64m"
 GOAL_MEMORY_SHARE = 0.25  # Fray's head memory per job / Ray job submission's
 GOAL_THROUGHPUT = 1.3  # Fray's time to all SUCCEEDED / raw Ray tasks'
 GOAL_LAUNCH_MS = 20.0  # median launch call
+FLOOR_NAMESPACE = "fray-bench-floor"  # Ray KV namespace of the floor's records (removed after)
 NOISE_MS = 1.0  # "does not grow": the largest N's per-job GCS figure exceeds the smallest's by at most this ...
 NOISE_SHARE = 0.5  # ... or this share of the larger one
 # ... and the control plane's head CPU by at most this: a further job's figure, ~0 by construction, ranged from
@@ -120,6 +122,16 @@ def nap(seconds: float) -> str:
 def work() -> int:
     """Body of a throughput job: a few ms of CPU."""
     return sum(range(10**5))
+
+
+def recorded_work(key: bytes) -> int:
+    """:func:`work` as the least a job must do beyond a task (the throughput's floor): its final record put in
+    Ray's KV store, where the client reads it back."""
+    from ray.experimental import internal_kv
+
+    out = work()
+    internal_kv._internal_kv_put(key, b'{"status": "SUCCEEDED"}', overwrite=True, namespace=FLOOR_NAMESPACE)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- /proc
@@ -162,6 +174,11 @@ def _cpu(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / TICK
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _idle_workers() -> list[int]:
+    """Ray worker processes that wait for a task (``ray::IDLE``)."""
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline(int(d)).startswith("ray::IDLE")]
 
 
 def _memory(pid: int) -> tuple[float, float]:
@@ -718,6 +735,19 @@ class Bench:
         ray.get([f.remote() for _ in range(count)], timeout=600)
         out["raw_warm"] = time.monotonic() - t0
 
+        # The floor: raw Ray tasks that each keep a record as a job must (the client puts it before the task,
+        # the task puts the final one, the client reads it back), cold (no worker left: idle()) and warm. No job
+        # system on Ray that records its jobs can be quicker; Fray's supervision and code shipping come on top.
+        self.idle()
+        # cold: the raw bursts' workers gone (Ray stops an idle worker within seconds on the emulated cluster);
+        # how many were still there is printed with the figure
+        end = time.monotonic() + 60
+        while _idle_workers() and time.monotonic() < end:
+            time.sleep(0.5)
+        out["floor_idle_workers"] = len(_idle_workers())
+        out["floor"] = self._floor(count, "cold")
+        out["floor_warm"] = self._floor(count, "warm")
+
         req = JobRequest(
             name="cp-tp", entrypoint=Entrypoint(callable=work), resources=ResourceConfig.with_cpu(cpu=1, ram=SMALL_RAM)
         )
@@ -754,6 +784,27 @@ class Bench:
         common.wait_for(all_done, 900, f"{count} Ray jobs", step=0.5)
         out["ray_jobs"] = time.monotonic() - t0
         return out
+
+    def _floor(self, count: int, tag: str) -> float:
+        """Seconds for ``count`` :func:`recorded_work` tasks, each with its record put before and read after."""
+        import ray
+        from ray.experimental import internal_kv
+
+        f = ray.remote(num_cpus=1, max_retries=0)(recorded_work)
+        keys = [f"{tag}-{i}".encode() for i in range(count)]
+        t0 = time.monotonic()
+        refs = []
+        for k in keys:
+            internal_kv._internal_kv_put(k, b'{"status": "PENDING"}', overwrite=True, namespace=FLOOR_NAMESPACE)
+            refs.append(f.remote(k))
+        ray.get(refs, timeout=600)
+        for k in keys:
+            if b"SUCCEEDED" not in (internal_kv._internal_kv_get(k, namespace=FLOOR_NAMESPACE) or b""):
+                raise AssertionError(f"floor: no final record under {k!r}")
+        took = time.monotonic() - t0
+        for k in keys:
+            internal_kv._internal_kv_del(k, namespace=FLOOR_NAMESPACE)
+        return took
 
     def _fray_burst(self, req: Any, count: int, lat: list[float]) -> float:
         """Seconds from the first of ``count`` launches of ``req`` back to back until all SUCCEEDED; each
@@ -862,6 +913,11 @@ def report(cpu: list[dict[str, Any]], mem: dict[str, Any] | None, tp: dict[str, 
         print(
             f"  again at once (the workers of the burst before still there): raw Ray {tp['raw_warm']:.2f} s, "
             f"Fray {tp['fray_warm']:.2f} s, ratio {tp['fray_warm'] / tp['raw_warm']:.2f}"
+        )
+        print(
+            f"  the floor, raw Ray tasks that each keep a record as a job must (put, final put, read back): "
+            f"{tp['floor']:.2f} s ({tp['floor'] / tp['raw']:.2f}x raw Ray; {tp['floor_idle_workers']} idle worker(s) "
+            f"left before it), again at once {tp['floor_warm']:.2f} s ({tp['floor_warm'] / tp['raw_warm']:.2f}x)"
         )
     print("\nGoals (issue 29):")
     if cpu:

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import sys
 import sysconfig
@@ -26,7 +27,15 @@ from typing import Any
 
 from fray_ray.connect import connected_gcs_address
 
-__all__ = ["CODE_SIZE_LIMIT", "UPLOAD_REUSE_S", "code_root", "code_runtime_env", "scan_code", "upload_code"]
+__all__ = [
+    "CODE_SIZE_LIMIT",
+    "UPLOAD_REUSE_S",
+    "code_root",
+    "code_runtime_env",
+    "same_code",
+    "scan_code",
+    "upload_code",
+]
 
 CODE_SIZE_LIMIT = 100 * 1024 * 1024  # bytes of code a job ships (Ray's own package limit is 500 MiB)
 _SKIP_DIRS = frozenset(
@@ -130,22 +139,55 @@ def _loaded_code_root() -> str | None:
     return max(sorted(counts), key=lambda r: counts[r]) if counts else None
 
 
-def _scan(root: str, limit: float = float("inf")) -> tuple[int, int, int]:
-    """``(entries, bytes, newest mtime in ns)`` of the files and directories under ``root`` (caches and VCS
-    dirs skipped), from ``stat`` alone: what changes when a file is edited, added, removed or renamed (see
-    :func:`upload_code`). The walk stops once ``bytes`` passes ``limit``."""
+_IMPORTABLE = (".py", ".so", ".pyd")  # what a supervisor imports when it loads a job's request
+
+
+def _scan(root: str, limit: float = float("inf")) -> tuple[int, int, int, str]:
+    """``(entries, bytes, newest mtime in ns, code)`` of the files and directories under ``root`` (caches and
+    VCS dirs skipped), from ``stat`` alone: what changes when a file is edited, added, removed or renamed (see
+    :func:`upload_code`); ``code`` fingerprints the importable files alone (their paths, sizes and mtimes):
+    two packages with the same ``code`` differ only in files no import reads (a log, data, outputs), and a
+    supervisor process that loaded one can load the other's requests (``fray_ray.cluster``). The walk stops
+    once ``bytes`` passes ``limit``."""
     count = total = newest = 0
+    code = hashlib.sha1()
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
-        for path in (dirpath, *(os.path.join(dirpath, n) for n in filenames)):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for path in (dirpath, *(os.path.join(dirpath, n) for n in sorted(filenames))):
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
             count, total, newest = count + 1, total + st.st_size, max(newest, st.st_mtime_ns)
+            if path.endswith(_IMPORTABLE):
+                code.update(f"{os.path.relpath(path, root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
             if total > limit:
-                return count, total, newest
-    return count, total, newest
+                return count, total, newest, code.hexdigest()
+    return count, total, newest, code.hexdigest()
+
+
+def same_code(env_a: dict[str, Any], code_a: str | None, env_b: dict[str, Any], code_b: str | None) -> bool:
+    """Whether a supervisor process started with runtime_env ``env_a`` (its package's importable files
+    fingerprinted ``code_a``, see :func:`_scan`) can take a job of ``env_b`` / ``code_b``: the same env, or
+    packages that differ only in files no import reads (a log the script writes beside itself, data, outputs),
+    everything else equal. The process then gives the job's hosts the job's own ``working_dir`` (a task's
+    runtime_env overrides that field of its parent's), so they see the job's files; the supervisor itself only
+    imports the user's modules to load the request. Without this, each launch from a folder that changes
+    between launches started a supervisor process of its own (~100 MB; bench/NOTES.md, issue 29).
+
+    >>> a = {"working_dir": "gcs://_ray_pkg_1.zip", "pip": ["x"]}
+    >>> same_code(a, "f1", {"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f1")
+    True
+    >>> same_code(a, "f1", {"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f2")
+    False
+    """
+    if env_a == env_b:
+        return True
+    if code_a is None or code_a != code_b or "working_dir" not in env_a or "working_dir" not in env_b:
+        return False
+    return {k: v for k, v in env_a.items() if k != "working_dir"} == {
+        k: v for k, v in env_b.items() if k != "working_dir"
+    }
 
 
 def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
@@ -156,7 +198,7 @@ def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, An
     return scan_code(request, limit)[0]
 
 
-def scan_code(request: Any, limit: int = CODE_SIZE_LIMIT) -> tuple[dict[str, Any], tuple[int, int, int] | None]:
+def scan_code(request: Any, limit: int = CODE_SIZE_LIMIT) -> tuple[dict[str, Any], tuple[int, int, int, str] | None]:
     """:func:`code_runtime_env`, and the :func:`_scan` of its ``working_dir`` (``None``: nothing to ship) for
     :func:`upload_code`: one walk of the directory per launch, where there were three (a project of thousands
     of files took tens of ms a launch for them)."""
@@ -170,7 +212,7 @@ def scan_code(request: Any, limit: int = CODE_SIZE_LIMIT) -> tuple[dict[str, Any
     while isinstance(inner, functools.partial):  # a partial's own __module__ is functools': look inside
         inner = inner.func
     module = getattr(inner, "__module__", None) or ""
-    scan: tuple[int, int, int] | None = None
+    scan: tuple[int, int, int, str] | None = None
     if explicit:
         root, what = os.path.abspath(explicit), "EnvironmentConfig.working_dir"
         if not os.path.isdir(root):  # Ray would fail later, on the cluster, with a traceback
@@ -255,7 +297,7 @@ def upload_code(
     *,
     upload: Callable[[dict[str, Any]], dict[str, Any]] = _ray_upload,
     now: Callable[[], float] = time.monotonic,
-    stamp: tuple[int, int, int] | None = None,
+    stamp: tuple[int, int, int, str] | None = None,
 ) -> dict[str, Any]:
     """``runtime_env`` with a local ``working_dir`` uploaded to the connected cluster (its GCS) and replaced
     by the package's URI, as ``ray.init(runtime_env=...)`` does for a driver: Ray takes local directories

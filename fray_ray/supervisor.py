@@ -98,6 +98,8 @@ NOTICE_GROUP = "notice"  # the actor's concurrency group of ``notice_board`` cal
 WAIT_THREADS = 4  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
 # (a client waits on all its jobs of one supervisor with one call)
 MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
+PIN_S = 600  # seconds a job's own package is pinned in the GCS at a time (see JobSupervisor.pin)
+PIN_RENEW_S = 240.0  # seconds between its renewals
 WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits for it before going on
 SUPERVISOR_PREFIX = "fray-supervisor-"
 
@@ -153,6 +155,7 @@ class _Job:
         self.store: JobStore | None = None
         self.stop_requested = threading.Event()
         self.ended = _Ended(process._wake)  # set once the job's final record is written
+        self.code_uri: str | None = None  # its own package, when it is not this process's (see _prepare)
         # The job's place in the cluster's queue, by the cluster's clock (the scheduler's, as its client read
         # it: ClusterClock), the same for every job; else when it reached this supervisor, by this (the head's)
         # clock. Never the record's submitted_at: its client's wall clock, another machine's.
@@ -263,6 +266,13 @@ class _Job:
             return False
         env = request.environment
         runtime_env: dict[str, Any] = {}  # new clients: none, the host tasks inherit this actor's (the job's code)
+        job_dir = (settings.get("runtime_env") or {}).get("working_dir")
+        if job_dir and job_dir != self.process.own_working_dir:
+            # A package that differs from this process's only in files no import reads (fray_ray.code.same_code:
+            # a log or data beside the script): the hosts get the job's own, and it stays in the GCS while the
+            # job lives (Ray keeps a package only while a job or actor's runtime_env names it, or for 10 min)
+            runtime_env["working_dir"] = self.code_uri = job_dir
+            self.process.pin(job_dir)
         if "runtime_env" not in settings and env is not None and env.pip_packages:
             runtime_env["pip"] = list(env.pip_packages)
         if "runtime_env" not in settings and env is not None and env.workspace:
@@ -324,6 +334,17 @@ def _job_hosts(settings: dict[str, Any]) -> int:
         return 1
 
 
+def _pin_package(uri: str) -> None:
+    """Pin a runtime_env package in the GCS for ``PIN_S`` seconds (best effort: a failed pin is renewed
+    at the next round, and Ray's own pin of a fresh upload lasts 10 minutes)."""
+    try:
+        from ray.experimental import internal_kv
+
+        internal_kv._pin_runtime_env_uri(uri, expiration_s=PIN_S)
+    except Exception:
+        pass
+
+
 class JobSupervisor:
     """Actor body (wrapped with ``ray.remote`` by the cluster): the supervisor process of up to
     ``max_jobs`` jobs in its life. Methods other than the constructor are served concurrently with the
@@ -354,6 +375,11 @@ class JobSupervisor:
         self._warm_scheduler: tuple[tuple[Any, ...], SchedulerClient] | None = None
         self._warming: threading.Thread | None = None
         self._uploader: threading.Thread | None = None  # see upload_logs
+        # the package this process was started with (its runtime_env's working_dir), and the other packages
+        # of its jobs it keeps in the GCS (uri -> jobs; see pin)
+        self.own_working_dir: str | None = (ray.get_runtime_context().runtime_env or {}).get("working_dir")
+        self._pins: dict[str, int] = {}
+        self._pinner: threading.Thread | None = None
         if job is not None:  # a cold start: the first job rides on the actor's creation, which Ray delivers
             self.start(*job)  # even when the launching process exits at once
         elif warm is not None:
@@ -483,6 +509,37 @@ class JobSupervisor:
         _job_threads().submit(functools.partial(job.begin, request_bytes, settings), name=f"fray-job-{job_id}")
         return True
 
+    def pin(self, uri: str) -> None:
+        """Keep the package ``uri`` in the GCS while a job here uses it (:meth:`unpin`): pinned for
+        ``PIN_S`` now and again every ``PIN_RENEW_S`` by one thread of the process. Ray pins an upload for
+        10 minutes and keeps it while a job or actor's runtime_env names it; a job whose hosts name it only in
+        their own tasks' runtime_env would lose it for a retry after that."""
+        with self._lock:
+            self._pins[uri] = self._pins.get(uri, 0) + 1
+            start = self._pinner is None
+            if start:
+                self._pinner = threading.Thread(target=self._pin_loop, daemon=True, name="fray-code-pins")
+        _pin_package(uri)
+        if start:
+            self._pinner.start()
+
+    def unpin(self, uri: str) -> None:
+        """A job that used ``uri`` (:meth:`pin`) ended; its last pin lapses within ``PIN_S``."""
+        with self._lock:
+            left = self._pins.get(uri, 0) - 1
+            if left > 0:
+                self._pins[uri] = left
+            else:
+                self._pins.pop(uri, None)
+
+    def _pin_loop(self) -> None:
+        while not self._closing:
+            time.sleep(PIN_RENEW_S)
+            with self._lock:
+                uris = list(self._pins)
+            for uri in uris:
+                _pin_package(uri)
+
     def job_done(self, job_id: str) -> None:
         """A job ended (its final record written, everything of it released): forget it; the process
         exits when that was its last job and it takes no more."""
@@ -490,6 +547,8 @@ class JobSupervisor:
             job = self.jobs.pop(job_id, None)
             if job is None:
                 return
+            if job.code_uri is not None:
+                self.unpin(job.code_uri)  # the lock is re-entrant (a Condition's RLock)
             job.ended.set()
             self.hosts -= job.hosts
             self._idle_since = time.monotonic()

@@ -827,6 +827,54 @@ def test_a_clients_own_module_travels_with_the_job(ray_tpu_cluster: Any, tmp_pat
         )
 
 
+def test_a_folder_that_changes_between_launches_keeps_one_supervisor_and_each_job_sees_its_own_files(
+    ray_tpu_cluster: Any, tmp_path: Path
+) -> None:
+    """A script that writes beside itself while it launches (a log, data) ships a new package each launch. Its
+    jobs still share the client's supervisor process (one per launch before: ~100 MB each), and each job's
+    hosts see the files as they were at its own launch; an edit of a module starts a supervisor with the new
+    code."""
+    proj = tmp_path / "changing"
+    proj.mkdir()
+    (proj / "changing_mod.py").write_text(
+        "VERSION = 1\n\ndef main():\n    with open('data.txt') as f:\n        return [VERSION, f.read()]\n"
+    )
+    (proj / "data.txt").write_text("one")
+    driver = textwrap.dedent(
+        f"""
+        import os, sys, time
+        sys.path.insert(0, {str(proj)!r})
+        import changing_mod
+        from fray_core import Entrypoint, JobRequest, ResourceConfig
+        from fray_ray import RayCluster
+        cluster = RayCluster(address={ray_tpu_cluster.address!r}, warm_supervisor=False)
+        req = JobRequest(name="changing", entrypoint=Entrypoint(callable=changing_mod.main),
+                         resources=ResourceConfig.with_cpu(cpu=1))
+        jobs = [cluster.launch(req)]
+        with open(os.path.join({str(proj)!r}, "data.txt"), "w") as f:
+            f.write("two")
+        jobs.append(cluster.launch(req))
+        with open(os.path.join({str(proj)!r}, "changing_mod.py"), "a") as f:
+            f.write("VERSION = 2\\n")
+        os.utime(os.path.join({str(proj)!r}, "changing_mod.py"), ns=(0, time.time_ns() + 10**9))
+        jobs.append(cluster.launch(req))
+        for job in jobs:
+            print(job, cluster.store.read(job)["owner"]["ray_actor"])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (a, owner_a), (b, owner_b), (c, owner_c) = (line.split() for line in out.stdout.strip().splitlines()[-3:])
+    results = []
+    for job in (a, b, c):
+        info = ray_tpu_cluster.cluster.wait(job, timeout=180)
+        assert info.status is JobStatus.SUCCEEDED, info.error
+        results.append(info.result[0])
+    # the module is not reloaded in the client: VERSION stays 1 there, and the shipped file of job c says 2
+    assert results == [[1, "one"], [1, "two"], [2, "two"]], results
+    assert owner_a == owner_b != owner_c
+
+
 def test_launch_refuses_a_working_dir_too_big_to_ship(
     ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -245,6 +245,35 @@ def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploa
     }
 
 
+def test_a_package_that_differs_only_in_files_no_import_reads_has_the_same_code(tmp_path: Path) -> None:
+    """A log or data file the script writes beside itself changes the package, not its code: the client's
+    supervisor process can take the job (``same_code``); an edit, a rename or a new module changes the code."""
+    from fray_ray.code import _scan, same_code
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("STEP = 1\n")
+    (proj / "run.log").write_text("started\n")
+    first = _scan(str(proj))[3]
+    (proj / "run.log").write_text("started\nlaunched 200 jobs\n")
+    (proj / "data.txt").write_text("new data\n")
+    assert _scan(str(proj))[3] == first
+    (proj / "train.py").write_text("STEP = 2\n")  # the same size
+    os.utime(proj / "train.py", ns=(0, time.time_ns() + 10**9))
+    edited = _scan(str(proj))[3]
+    assert edited != first
+    (proj / "train.py").rename(proj / "train2.py")
+    assert _scan(str(proj))[3] not in (first, edited)
+    env = {"working_dir": "gcs://_ray_pkg_1.zip", "pip": ["x"]}
+    moved = {**env, "working_dir": "gcs://_ray_pkg_2.zip"}
+    assert same_code(env, first, moved, first)
+    assert not same_code(env, first, moved, edited)
+    assert not same_code(env, None, moved, None)  # no fingerprint: only the same env
+    assert not same_code(env, first, {**moved, "pip": ["y"]}, first)  # other packages installed
+    assert not same_code({"pip": ["x"]}, first, moved, first)  # no code shipped to it
+    assert same_code({}, None, {}, None)
+
+
 def scheduler_over(nodes: dict[str, dict[str, Any]], available: dict[str, dict[str, float]]) -> tuple[Scheduler, dict]:
     """The scheduler's body with its cluster reads replaced by this table (counted per kind)."""
     from fray_ray.view import ClusterView
