@@ -94,6 +94,9 @@ try:
     while "held by chatty" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
         time.sleep(0.2)
     print("QUEUED", json.dumps(cluster.poll(waiter).pending_reason))
+    # what both jobs were at that moment, for a failure to say (the reason alone was once None: flaky, 2026-11-28)
+    print("QUEUED_INFO", json.dumps([[i.status.value, i.pending_reason, [str(a.outcome) for a in i.attempts], i.error]
+                                     for i in (cluster.poll(waiter), cluster.poll(job))]))
     # another process of the client's machine, knowing only the address (as `ray job` takes it)
     env = {{k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}}
     env["RAY_ADDRESS"] = fake.address
@@ -186,7 +189,10 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
     queued = json.loads(got["QUEUED"])
-    assert queued.startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), queued
+    assert queued.startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), (
+        queued,
+        got["QUEUED_INFO"],
+    )
     status, error, took = json.loads(got["WAITER"])
     assert status == "SUCCEEDED" and took < 30, (status, error, took)  # went once the slice was free
     status, error, failures, outcomes, deadline, lines = json.loads(got["NOTICE"])
