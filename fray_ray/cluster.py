@@ -39,7 +39,7 @@ from fray_core.scheduling import Quarantine
 from fray_core.supervisor import RecordCluster, check_picklable, launch_error
 from fray_core.types import JobId, JobInfo, JobRequest, JobStatus, TpuConfig, summarize_request
 from fray_ray._host import gce_preempted
-from fray_ray.code import same_code, scan_code, upload_code
+from fray_ray.code import Shipped, scan_code, upload_code
 from fray_ray.connect import RayConnectionError, check_ray_address, connected_gcs_address, resolve_address
 from fray_ray.provider import QUEUE_TTL
 from fray_ray.scheduler import ACTOR_RESOURCE
@@ -267,13 +267,11 @@ class RayCluster(RecordCluster):
         self._closed = threading.Event()  # set by close(): no new warm supervisor after it
         self._waitable: dict[str, Any] = {}  # job id -> its supervisor actor, for wait (see _block)
         self._store_ok = False  # the head has read this store (see _check_store)
-        self._standby_env: dict[str, Any] = {}  # the runtime_env the standby supervisor was started with
-        self._standby_code: str | None = None  # and the fingerprint of its importable files (see same_code)
+        self._standby_shipped = Shipped()  # the code the standby supervisor was started with
         # The next supervisor, started once the current one took half its jobs, so that the launch after its
-        # last does not wait for a process to start (name, handle, runtime_env, code fingerprint)
-        self._spare: tuple[str, Any, dict[str, Any], str | None] | None = None
-        self._last_env: dict[str, Any] = {}  # the last launched job's
-        self._last_code: str | None = None
+        # last does not wait for a process to start (name, handle, the code it was started with)
+        self._spare: tuple[str, Any, Shipped] | None = None
+        self._last_shipped = Shipped()  # the last launched job's code
         self._create_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it waiting
         # for the supervisor its launch created (see _never_created)
         self._launch_seen: dict[str, float] = {}  # job id -> when (monotonic, here) a poll first saw it launching
@@ -330,8 +328,7 @@ class RayCluster(RecordCluster):
                 "label of on-demand/reserved slices, or use preemptible=True"
             )
         code_env, scanned = scan_code(request)  # the user's code, shipped (refused here when too big)
-        runtime_env = upload_code(code_env, stamp=scanned)
-        code = scanned[3] if scanned is not None else None
+        shipped = Shipped(upload_code(code_env, stamp=scanned), scanned[3] if scanned is not None else None)
         try:
             job_id = self.store.new_job(request.name)  # the job's own dir, created exclusively
         except OSError as e:
@@ -344,7 +341,7 @@ class RayCluster(RecordCluster):
             request_summary=summarize_request(request),
             submitted_at=self.wall(),
         )
-        self._launch(request_bytes, runtime_env, job_id, info, _hosts(request), code)
+        self._launch(request_bytes, shipped, job_id, info, _hosts(request))
         if self.warm_supervisor and self._standby is None:
             # Not now: a fresh actor is a fresh worker process (~1.3 s of CPU), which would start beside this
             # job's host workers and slow them down (measured in bench/NOTES.md, "where the start-up second
@@ -378,11 +375,10 @@ class RayCluster(RecordCluster):
     def _launch(
         self,
         request_bytes: bytes,
-        runtime_env: dict[str, Any],
+        shipped: Shipped,
         job_id: JobId,
         info: JobInfo,
         hosts: int,
-        code: str | None = None,
     ) -> None:
         """Record the job and give it to a supervisor (the client's current one, else a new one, which then
         takes the client's next jobs)."""
@@ -391,7 +387,7 @@ class RayCluster(RecordCluster):
             # No client path: on another machine it does not exist. The code travels in the runtime_env.
             "sys_path": [],
             "cwd": "",
-            "runtime_env": runtime_env,
+            "runtime_env": shipped.env,
             "policy": self.policy,
             "namespace": self.namespace,
             "address": self.gcs_address,
@@ -404,7 +400,7 @@ class RayCluster(RecordCluster):
             "queue_ttl": self.queue_ttl,
             "queued_at": self.clock.now(),  # its place in the cluster's line, by the cluster's clock
             "hosts": hosts,  # how much of a shared supervisor's capacity it takes (HOSTS_PER_SUPERVISOR)
-            "code": code,  # its importable files' fingerprint (same_code)
+            "code": shipped.code,  # its importable files' fingerprint (Shipped.same_code)
         }
         job = (job_id, request_bytes, settings)
         # The launching marker (see owner_gone) is put before any record names a supervisor that does not
@@ -422,9 +418,9 @@ class RayCluster(RecordCluster):
         try:
             with self._standby_lock:  # launch may be called from several threads
                 standby = self._standby
-                if standby is not None and not same_code(self._standby_env, self._standby_code, runtime_env, code):
+                if standby is not None and not self._standby_shipped.same_code(shipped):
                     standby = None  # it cannot load this job's code
-                self._last_env, self._last_code = runtime_env, code
+                self._last_shipped = shipped
             if standby is not None:
                 self._hand_over(standby, info, job)
                 handed = True
@@ -436,16 +432,16 @@ class RayCluster(RecordCluster):
                         if jobs < JOBS_PER_SUPERVISOR:
                             self._standby = (standby[0], standby[1], jobs)
                         else:
-                            self._standby = self._promote_spare(runtime_env, code)
+                            self._standby = self._promote_spare(shipped)
                         spare = (
                             self.warm_supervisor
                             and self._spare is None
                             and JOBS_PER_SUPERVISOR // 2 <= jobs < JOBS_PER_SUPERVISOR
                         )
                 if spare:
-                    self._start_spare(runtime_env, code)
+                    self._start_spare(shipped)
             else:
-                self._cold_start(info, job, runtime_env)
+                self._cold_start(info, job, shipped.env)
         except BaseException as e:  # nothing started: leave no PENDING record behind
             if not handed:
                 self.store.discard(job_id)
@@ -473,7 +469,7 @@ class RayCluster(RecordCluster):
             return
         with self._standby_lock:  # the client's next jobs go to it
             old, self._standby = self._standby, ((name, actor, 1) if JOBS_PER_SUPERVISOR > 1 else None)
-            self._standby_env, self._standby_code = runtime_env, job[2].get("code")
+            self._standby_shipped = Shipped(runtime_env, job[2].get("code"))
         if old is not None:  # full, gone, or for other code: it takes no more, and exits when idle
             _retire_quietly(old[1])
 
@@ -515,15 +511,15 @@ class RayCluster(RecordCluster):
             for job_id in todo:
                 self._kv("del", launching_key(job_id))
 
-    def _promote_spare(self, runtime_env: dict[str, Any], code: str | None) -> tuple[str, Any, int] | None:
+    def _promote_spare(self, shipped: Shipped) -> tuple[str, Any, int] | None:
         """The spare as the supervisor of the client's next jobs, if it carries their code (under the lock)."""
         spare, self._spare = self._spare, None
         if spare is None:
             return None
-        if not same_code(spare[2], spare[3], runtime_env, code):
+        if not spare[2].same_code(shipped):
             _retire_quietly(spare[1])
             return None
-        self._standby_env, self._standby_code = spare[2], spare[3]
+        self._standby_shipped = spare[2]
         return (spare[0], spare[1], 0)
 
     def _warm(self) -> dict[str, Any]:
@@ -535,19 +531,19 @@ class RayCluster(RecordCluster):
             "quarantine": self.quarantine,
         }
 
-    def _start_spare(self, runtime_env: dict[str, Any], code: str | None) -> None:
+    def _start_spare(self, shipped: Shipped) -> None:
         """Start the next supervisor while the current one still takes jobs (an actor start: ~0.4 s of a
         fresh process; waited for by the first launch that needs it otherwise)."""
         name = supervisor_name()
         try:
-            actor = self._supervisor_options(name, runtime_env).remote(
+            actor = self._supervisor_options(name, shipped.env).remote(
                 name, warm=self._warm(), max_jobs=JOBS_PER_SUPERVISOR
             )
         except Exception:
             return  # Ray is going away: the launch after the current one's last starts its supervisor cold
         with self._standby_lock:
             if self._spare is None and not self._closed.is_set():
-                self._spare = (name, actor, runtime_env, code)
+                self._spare = (name, actor, shipped)
                 return
         _retire_quietly(actor)
 
@@ -567,16 +563,16 @@ class RayCluster(RecordCluster):
         with self._standby_lock:
             if self._closed.is_set() or self._standby is not None or not ray.is_initialized():
                 return
-            self._standby = self._promote_spare(self._last_env, self._last_code)
+            self._standby = self._promote_spare(self._last_shipped)
             if self._standby is not None:
                 return
             name = supervisor_name()
             try:
                 # with the last job's code (the next job from this client most likely has the same)
-                self._standby_env, self._standby_code = self._last_env, self._last_code
+                self._standby_shipped = self._last_shipped
                 self._standby = (
                     name,
-                    self._supervisor_options(name, self._standby_env).remote(
+                    self._supervisor_options(name, self._standby_shipped.env).remote(
                         name, warm=self._warm(), max_jobs=JOBS_PER_SUPERVISOR
                     ),
                     0,

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from fray_ray.connect import connected_gcs_address
 
 __all__ = [
@@ -32,7 +34,8 @@ __all__ = [
     "UPLOAD_REUSE_S",
     "code_root",
     "code_runtime_env",
-    "same_code",
+    "ray_pin_s",
+    "Shipped",
     "scan_code",
     "upload_code",
 ]
@@ -166,28 +169,41 @@ def _scan(root: str, limit: float = float("inf")) -> tuple[int, int, int, str]:
     return count, total, newest, code.hexdigest()
 
 
-def same_code(env_a: dict[str, Any], code_a: str | None, env_b: dict[str, Any], code_b: str | None) -> bool:
-    """Whether a supervisor process started with runtime_env ``env_a`` (its package's importable files
-    fingerprinted ``code_a``, see :func:`_scan`) can take a job of ``env_b`` / ``code_b``: the same env, or
-    packages that differ only in files no import reads (a log the script writes beside itself, data, outputs),
-    everything else equal. The process then gives the job's hosts the job's own ``working_dir`` (a task's
-    runtime_env overrides that field of its parent's), so they see the job's files; the supervisor itself only
-    imports the user's modules to load the request. Without this, each launch from a folder that changes
-    between launches started a supervisor process of its own (~100 MB; bench/NOTES.md, issue 29).
+@attrs.frozen(eq=True, hash=False)
+class Shipped:
+    """A job's code as shipped: its ``runtime_env`` and the fingerprint of its package's importable files
+    (``code``, see :func:`_scan`; ``None`` when no folder is shipped). A supervisor process keeps the one it
+    was started with, and takes a job whose own one has :meth:`same_code`.
 
-    >>> a = {"working_dir": "gcs://_ray_pkg_1.zip", "pip": ["x"]}
-    >>> same_code(a, "f1", {"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f1")
-    True
-    >>> same_code(a, "f1", {"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f2")
-    False
+    >>> Shipped({"working_dir": "gcs://_ray_pkg_1.zip"}, "f1").env["working_dir"]
+    'gcs://_ray_pkg_1.zip'
     """
-    if env_a == env_b:
-        return True
-    if code_a is None or code_a != code_b or "working_dir" not in env_a or "working_dir" not in env_b:
-        return False
-    return {k: v for k, v in env_a.items() if k != "working_dir"} == {
-        k: v for k, v in env_b.items() if k != "working_dir"
-    }
+
+    env: dict[str, Any] = attrs.field(factory=dict)
+    code: str | None = None
+
+    def same_code(self, job: Shipped) -> bool:
+        """Whether a supervisor process started with this can take a job shipped as ``job``: the same env,
+        or packages that differ only in files no import reads (a log the script writes beside itself, data,
+        outputs), everything else equal. The process then gives the job's hosts the job's own
+        ``working_dir`` (a task's runtime_env overrides that field of its parent's), so they see the job's
+        files; the supervisor itself only imports the user's modules to load the request. Without this, each
+        launch from a folder that changes between launches started a supervisor process of its own (~100 MB;
+        bench/NOTES.md, issue 29).
+
+        >>> a = Shipped({"working_dir": "gcs://_ray_pkg_1.zip", "pip": ["x"]}, "f1")
+        >>> a.same_code(Shipped({"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f1"))
+        True
+        >>> a.same_code(Shipped({"working_dir": "gcs://_ray_pkg_2.zip", "pip": ["x"]}, "f2"))
+        False
+        """
+        if self.env == job.env:
+            return True
+        if self.code is None or self.code != job.code or "working_dir" not in self.env or "working_dir" not in job.env:
+            return False
+        return {k: v for k, v in self.env.items() if k != "working_dir"} == {
+            k: v for k, v in job.env.items() if k != "working_dir"
+        }
 
 
 def code_runtime_env(request: Any, limit: int = CODE_SIZE_LIMIT) -> dict[str, Any]:
@@ -275,15 +291,26 @@ def _ray_upload(runtime_env: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def ray_pin_s() -> int:
+    """Seconds Ray keeps a fresh upload in the GCS before anything names it: its own setting,
+    ``RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S`` (600 by default), read as Ray reads it. Fray's own
+    pins of a package (a supervisor's, for a job whose hosts name it) last as long, so one setting governs
+    both; at least 1.
+
+    >>> ray_pin_s() >= 1
+    True
+    """
+    try:
+        return max(1, int(os.environ.get("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "600")))
+    except ValueError:
+        return 600
+
+
 def _reuse_s() -> float:
     """How long an upload's package URI is reused: well within the time Ray pins a fresh upload in the GCS
-    (``RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S``, 600 s by default), so a reused URI is never one
-    the GCS may have dropped before the job that names it started."""
-    try:
-        pin = float(os.environ.get("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "600"))
-    except ValueError:
-        pin = 600.0
-    return max(0.0, min(UPLOAD_REUSE_S, pin / 4))
+    (:func:`ray_pin_s`), so a reused URI is never one the GCS may have dropped before the job that names it
+    started."""
+    return max(0.0, min(UPLOAD_REUSE_S, ray_pin_s() / 4))
 
 
 UPLOAD_REUSE_S = 60.0  # seconds an uploaded package's URI is reused for the same, unchanged directory

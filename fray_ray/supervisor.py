@@ -98,8 +98,7 @@ NOTICE_GROUP = "notice"  # the actor's concurrency group of ``notice_board`` cal
 WAIT_THREADS = 4  # its threads: more clients waiting at once queue, each call returning within MAX_WAIT_CALL
 # (a client waits on all its jobs of one supervisor with one call)
 MAX_WAIT_CALL = 5.0  # seconds one ``wait_ended`` call blocks at most
-PIN_S = 600  # seconds a job's own package is pinned in the GCS at a time (see JobSupervisor.pin)
-PIN_RENEW_S = 240.0  # seconds between its renewals
+PIN_RENEW = 0.4  # a job's own package is pinned again after this share of a pin's life (JobSupervisor.pin)
 WARM_UP_JOIN = 10.0  # seconds a job that came during a standby's warm-up waits for it before going on
 SUPERVISOR_PREFIX = "fray-supervisor-"
 
@@ -268,9 +267,10 @@ class _Job:
         runtime_env: dict[str, Any] = {}  # new clients: none, the host tasks inherit this actor's (the job's code)
         job_dir = (settings.get("runtime_env") or {}).get("working_dir")
         if job_dir and job_dir != self.process.own_working_dir:
-            # A package that differs from this process's only in files no import reads (fray_ray.code.same_code:
-            # a log or data beside the script): the hosts get the job's own, and it stays in the GCS while the
-            # job lives (Ray keeps a package only while a job or actor's runtime_env names it, or for 10 min)
+            # A package that differs from this process's only in files no import reads (a log or data beside
+            # the script; fray_ray.code.Shipped.same_code): the hosts get the job's own, and it stays in the
+            # GCS while the job lives (Ray keeps a package only while a job or actor's runtime_env names it,
+            # or for a while after its upload: see pin)
             runtime_env["working_dir"] = self.code_uri = job_dir
             self.process.pin(job_dir)
         if "runtime_env" not in settings and env is not None and env.pip_packages:
@@ -334,13 +334,13 @@ def _job_hosts(settings: dict[str, Any]) -> int:
         return 1
 
 
-def _pin_package(uri: str) -> None:
-    """Pin a runtime_env package in the GCS for ``PIN_S`` seconds (best effort: a failed pin is renewed
-    at the next round, and Ray's own pin of a fresh upload lasts 10 minutes)."""
+def _pin_package(uri: str, seconds: int) -> None:
+    """Pin a runtime_env package in the GCS for ``seconds`` (best effort: a failed pin is tried again at
+    the next round, well before the last one lapses)."""
     try:
         from ray.experimental import internal_kv
 
-        internal_kv._pin_runtime_env_uri(uri, expiration_s=PIN_S)
+        internal_kv._pin_runtime_env_uri(uri, expiration_s=seconds)
     except Exception:
         pass
 
@@ -380,6 +380,9 @@ class JobSupervisor:
         self.own_working_dir: str | None = (ray.get_runtime_context().runtime_env or {}).get("working_dir")
         self._pins: dict[str, int] = {}
         self._pinner: threading.Thread | None = None
+        from fray_ray.code import ray_pin_s
+
+        self._pin_s = ray_pin_s()  # as long as Ray's own pin of an upload, by Ray's setting in this process
         if job is not None:  # a cold start: the first job rides on the actor's creation, which Ray delivers
             self.start(*job)  # even when the launching process exits at once
         elif warm is not None:
@@ -510,21 +513,22 @@ class JobSupervisor:
         return True
 
     def pin(self, uri: str) -> None:
-        """Keep the package ``uri`` in the GCS while a job here uses it (:meth:`unpin`): pinned for
-        ``PIN_S`` now and again every ``PIN_RENEW_S`` by one thread of the process. Ray pins an upload for
-        10 minutes and keeps it while a job or actor's runtime_env names it; a job whose hosts name it only in
-        their own tasks' runtime_env would lose it for a retry after that."""
+        """Keep the package ``uri`` in the GCS while a job here uses it (:meth:`unpin`). Ray keeps a package
+        while a job or actor's runtime_env names it, and a fresh upload for ``ray_pin_s()`` (10 minutes by
+        default) before that; a job whose hosts name it only in their own tasks' runtime_env would lose it
+        while it queues or between attempts. So it is pinned for as long as Ray pins an upload, now and again
+        after each ``PIN_RENEW`` of that, by one thread of the process."""
         with self._lock:
             self._pins[uri] = self._pins.get(uri, 0) + 1
             start = self._pinner is None
             if start:
                 self._pinner = threading.Thread(target=self._pin_loop, daemon=True, name="fray-code-pins")
-        _pin_package(uri)
+        _pin_package(uri, self._pin_s)
         if start:
             self._pinner.start()
 
     def unpin(self, uri: str) -> None:
-        """A job that used ``uri`` (:meth:`pin`) ended; its last pin lapses within ``PIN_S``."""
+        """A job that used ``uri`` (:meth:`pin`) ended; its last pin lapses within ``ray_pin_s()``."""
         with self._lock:
             left = self._pins.get(uri, 0) - 1
             if left > 0:
@@ -534,11 +538,11 @@ class JobSupervisor:
 
     def _pin_loop(self) -> None:
         while not self._closing:
-            time.sleep(PIN_RENEW_S)
+            time.sleep(self._pin_s * PIN_RENEW)
             with self._lock:
                 uris = list(self._pins)
             for uri in uris:
-                _pin_package(uri)
+                _pin_package(uri, self._pin_s)
 
     def job_done(self, job_id: str) -> None:
         """A job ended (its final record written, everything of it released): forget it; the process

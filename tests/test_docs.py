@@ -344,7 +344,7 @@ def test_ci_runs_readme_test_command() -> None:
 
 MODULES = sorted(
     m.name
-    for pkg in ("fray_core", "fray_local")
+    for pkg in ("fray_core", "fray_local", *(("fray_ray",) if importlib.util.find_spec("ray") else ()))
     for m in pkgutil.walk_packages([str(REPO / pkg)], pkg + ".")
     if not m.name.endswith("__main__")
 )
@@ -352,7 +352,8 @@ MODULES = sorted(
 
 @pytest.mark.parametrize("module", MODULES)
 def test_docstring_examples(module: str) -> None:
-    """Every example in a docstring of fray_core and fray_local runs and prints what it shows."""
+    """Every example in a docstring of fray_core, fray_local and (with ray installed) fray_ray runs and prints
+    what it shows."""
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0, f"{result.failed} docstring example(s) of {module} failed (output above)"
 

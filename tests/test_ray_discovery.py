@@ -245,10 +245,26 @@ def test_launches_from_an_unchanged_directory_reuse_its_upload_and_an_edit_uploa
     }
 
 
+def test_fray_pins_a_package_as_long_as_ray_pins_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One setting, Ray's own, governs how long a fresh upload and a supervisor's pin of a job's package last
+    (and so how long the client reuses an upload): a cluster that shortens it gets pins renewed in time."""
+    from fray_ray.code import UPLOAD_REUSE_S, _reuse_s, ray_pin_s
+
+    monkeypatch.delenv("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", raising=False)
+    assert ray_pin_s() == 600 and _reuse_s() == UPLOAD_REUSE_S
+    monkeypatch.setenv("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "8")
+    assert ray_pin_s() == 8 and _reuse_s() == 2.0
+    monkeypatch.setenv("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "0")
+    assert ray_pin_s() == 1  # Ray pins nothing then; Fray's pin still must outlive its renewal
+    monkeypatch.setenv("RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S", "ten minutes")
+    assert ray_pin_s() == 600
+
+
 def test_a_package_that_differs_only_in_files_no_import_reads_has_the_same_code(tmp_path: Path) -> None:
     """A log or data file the script writes beside itself changes the package, not its code: the client's
-    supervisor process can take the job (``same_code``); an edit, a rename or a new module changes the code."""
-    from fray_ray.code import _scan, same_code
+    supervisor process can take the job (``Shipped.same_code``); an edit, a rename or a new module changes
+    the code."""
+    from fray_ray.code import Shipped, _scan
 
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -266,12 +282,12 @@ def test_a_package_that_differs_only_in_files_no_import_reads_has_the_same_code(
     assert _scan(str(proj))[3] not in (first, edited)
     env = {"working_dir": "gcs://_ray_pkg_1.zip", "pip": ["x"]}
     moved = {**env, "working_dir": "gcs://_ray_pkg_2.zip"}
-    assert same_code(env, first, moved, first)
-    assert not same_code(env, first, moved, edited)
-    assert not same_code(env, None, moved, None)  # no fingerprint: only the same env
-    assert not same_code(env, first, {**moved, "pip": ["y"]}, first)  # other packages installed
-    assert not same_code({"pip": ["x"]}, first, moved, first)  # no code shipped to it
-    assert same_code({}, None, {}, None)
+    assert Shipped(env, first).same_code(Shipped(moved, first))
+    assert not Shipped(env, first).same_code(Shipped(moved, edited))
+    assert not Shipped(env, None).same_code(Shipped(moved, None))  # no fingerprint: only the same env
+    assert not Shipped(env, first).same_code(Shipped({**moved, "pip": ["y"]}, first))  # other packages installed
+    assert not Shipped({"pip": ["x"]}, first).same_code(Shipped(moved, first))  # no code shipped to it
+    assert Shipped().same_code(Shipped())
 
 
 def scheduler_over(nodes: dict[str, dict[str, Any]], available: dict[str, dict[str, float]]) -> tuple[Scheduler, dict]:

@@ -35,6 +35,8 @@ def facts(client_dir, client_cwd):
         "tmp": sorted(os.listdir("/tmp")),
         "fray": fray_core.__file__,
         "client_paths": [p for p in sys.path if p.startswith(client_dir)],
+        # the job's own files as they were at its launch (its cwd is its package, unpacked on the host)
+        "data": open("data.txt").read() if os.path.exists("data.txt") else None,
     }
 
 def survive_preemption(doomed):
@@ -69,6 +71,10 @@ import iso_mod
 from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_ray.testing import IsolationUnavailable, fake_tpu_cluster
 
+# Ray keeps a package nothing names for this long (its own setting, which Fray's pins follow): a job queued
+# longer than that, whose hosts alone name its package, runs only if its supervisor kept it pinned
+PIN = 5
+os.environ["RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S"] = str(PIN)  # the client's, the cluster's
 try:
     cm = fake_tpu_cluster({{"v4-8": 1}}, head_cpus=2, isolated=True, health_check_period=1.0)
     fake = cm.__enter__()
@@ -87,15 +93,21 @@ try:
     print("FACTS", json.dumps(info.result[0]))
     job = cluster.launch(tpu(iso_mod.chatty, n=3))
     print("STORE", cluster.store.root)
-    # a second job queues behind it (the scheduler actor's held call): it says why, and goes once it may
+    # a second job queues behind it (the scheduler actor's held call): it says why, and goes once it may. A
+    # data file written since, the only change: the waiter shares the supervisor and its hosts get their own
+    # package, which only the supervisor's pin keeps in the GCS while the job queues (3 pins' lives here)
+    with open(os.path.join({proj!r}, "data.txt"), "w") as f:
+        f.write("the waiter's")
     waiter = cluster.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r}))
+    queued_at = time.monotonic()
     end = time.monotonic() + 90
     # (the slice may still be seen held by the job before, with chatty first in line: until chatty has it)
     while "held by chatty" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
         time.sleep(0.2)
     print("QUEUED", json.dumps(cluster.poll(waiter).pending_reason))
     # what both jobs were at that moment, for a failure to say (the reason alone was once None: flaky, 2026-11-28)
-    print("QUEUED_INFO", json.dumps([[i.status.value, i.pending_reason, [str(a.outcome) for a in i.attempts], i.error]
+    print("QUEUED_INFO", json.dumps([[i.status.value, i.pending_reason, i.progress,
+                                      [str(a.outcome) for a in i.attempts], i.error]
                                      for i in (cluster.poll(waiter), cluster.poll(job))]))
     # another process of the client's machine, knowing only the address (as `ray job` takes it)
     env = {{k: v for k, v in os.environ.items() if k not in ("FRAY_CLUSTER_SPEC", "RAY_ADDRESS")}}
@@ -108,12 +120,15 @@ try:
             break
         time.sleep(0.5)
     print("LOGS", json.dumps(logs.stdout + logs.stderr))
+    time.sleep(max(0.0, queued_at + 3 * PIN - time.monotonic()))  # Ray's clock, not ours: it must pass
     stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
     print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
     stopped_at = time.time()
     print("FINAL", cluster.wait(job, timeout=60).status.value)
     info = cluster.wait(waiter, timeout=120)
-    print("WAITER", json.dumps([info.status.value, info.error, info.attempts[0].acquired_at - stopped_at]))
+    print("WAITER", json.dumps([info.status.value, info.error, info.attempts[0].acquired_at - stopped_at,
+                                (info.result or [{{}}])[0].get("data"), time.monotonic() - queued_at,
+                                cluster.store.read(waiter)["owner"] == cluster.store.read(job)["owner"]]))
     # a drain for preemption on an isolated host: the notice comes from the job's supervisor (its notice
     # board, through Ray's object owner protocol), the user's handler gets it, and the retry costs no failure
     job = cluster.launch(JobRequest(name="notice", entrypoint=Entrypoint(callable=iso_mod.checkpoint_on_notice),
@@ -193,8 +208,11 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
         queued,
         got["QUEUED_INFO"],
     )
-    status, error, took = json.loads(got["WAITER"])
+    status, error, took, data, queued_for, same_owner = json.loads(got["WAITER"])
     assert status == "SUCCEEDED" and took < 30, (status, error, took)  # went once the slice was free
+    # its own files, though it queued past Ray's pin of its upload, in the supervisor process of the job before
+    assert data == "the waiter's" and queued_for > 15 and same_owner, (data, queued_for, same_owner)
+    assert facts["data"] is None, facts  # the first job's package had no data file
     status, error, failures, outcomes, deadline, lines = json.loads(got["NOTICE"])
     assert status == "SUCCEEDED" and failures == 0 and outcomes == ["PREEMPTED", "SUCCEEDED"], (error, outcomes)
     notices = [line for line in lines if "[fray] preemption notice" in line]
