@@ -211,7 +211,13 @@ class Cluster(abc.ABC):
         """
         timeout = check_seconds("wait: timeout", timeout)
         single = isinstance(job_ids, str)
-        ids = [str(job_ids)] if single else [str(j) for j in job_ids]  # type: ignore[union-attr]
+        try:
+            given = [job_ids] if single else list(job_ids)  # type: ignore[arg-type]
+        except TypeError:
+            given = [job_ids]
+        if not single and (isinstance(job_ids, bytes) or not all(isinstance(j, str) for j in given)):
+            raise TypeError(f"wait: job_ids: expected a job id (str) or a list of job ids, got {job_ids!r}")
+        ids = [str(j) for j in given]
         deadline = None if timeout is None else time.monotonic() + timeout
         infos: dict[str, JobInfo] = {}
         while True:

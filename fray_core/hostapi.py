@@ -34,11 +34,17 @@ from collections.abc import Callable
 
 __all__ = ["heartbeat", "preemption_notice", "set_channel"]
 
-#: heartbeats closer together than this are coalesced (the latest step is written at the next one after it)
+#: heartbeats closer together than this are coalesced: the first is written at once, the latest of the others
+#: when this much has passed since (so the last step before a hang is the one reported, a second late at most)
 MIN_INTERVAL = 1.0
 
 _lock = threading.Lock()
 _last_write = 0.0
+_pending: tuple[float, int | None] | None = None  # the latest beat held back by MIN_INTERVAL
+_flusher: threading.Timer | None = None  # writes it when MIN_INTERVAL has passed
+_seq = 0  # beats handed to _write, in call order: an older one never overwrites a newer one
+_written = 0
+_write_lock = threading.Lock()
 _beat_sink: Callable[[float, int | None], None] | None = None
 _notice_source: Callable[[], float | None] | None = None
 
@@ -53,39 +59,74 @@ def set_channel(
     True
     >>> set_channel()          # back to the environment's files
     """
-    global _beat_sink, _notice_source, _last_write
+    global _beat_sink, _notice_source, _last_write, _pending, _flusher
     with _lock:
-        _beat_sink, _notice_source, _last_write = beat, notice, 0.0
+        _beat_sink, _notice_source, _last_write, _pending = beat, notice, 0.0, None
+        flusher, _flusher = _flusher, None
+    if flusher is not None:
+        flusher.cancel()  # a beat held back for the old channel goes nowhere
 
 
 def heartbeat(step: int | None = None) -> None:
     """Tell the runner this host is making progress (at training step ``step``, if given). Cheap enough
-    for every step: writes at most one heartbeat a second. A no-op outside a job.
+    for every step: writes at most about one heartbeat a second; the latest step is always written, within
+    a second. A no-op outside a job.
 
     >>> heartbeat(1)           # outside a job: nothing happens
     """
-    global _last_write
+    global _last_write, _pending, _flusher, _seq
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         raise TypeError(f"heartbeat(step): expected an int or None, got {step!r}")
+    if _beat_sink is None and not os.environ.get("FRAY_HEARTBEAT_FILE"):
+        return  # outside a job
     now = time.time()
     with _lock:
         if now - _last_write < MIN_INTERVAL:
+            _pending = (now, step)  # the latest wins; written by the flusher unless a later beat goes first
+            if _flusher is None:
+                _flusher = threading.Timer(max(0.0, _last_write + MIN_INTERVAL - now), _flush)
+                _flusher.daemon = True
+                _flusher.start()
             return
-        _last_write = now
-        sink = _beat_sink
-    if sink is not None:
-        sink(now, step)
-        return
-    path = os.environ.get("FRAY_HEARTBEAT_FILE")
-    if not path:
-        return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(f"{now!r} {'' if step is None else step}")
-        os.replace(tmp, path)  # the runner never reads a half-written beat
-    except OSError:
-        pass  # progress reporting must never fail the job
+        _last_write, _pending = now, None
+        _seq += 1
+        seq, sink = _seq, _beat_sink
+    _write(seq, sink, now, step)
+
+
+def _flush() -> None:
+    """The flusher's run: write the beat held back, if one still is."""
+    global _last_write, _pending, _flusher, _seq
+    with _lock:
+        _flusher = None
+        beat, _pending = _pending, None
+        if beat is None:
+            return
+        _last_write = time.time()
+        _seq += 1
+        seq, sink = _seq, _beat_sink
+    _write(seq, sink, *beat)
+
+
+def _write(seq: int, sink: Callable[[float, int | None], None] | None, t: float, step: int | None) -> None:
+    global _written
+    with _write_lock:  # the caller's thread and the flusher: in the order they took their turn
+        if seq <= _written:
+            return
+        _written = seq
+        if sink is not None:
+            sink(t, step)
+            return
+        path = os.environ.get("FRAY_HEARTBEAT_FILE")
+        if not path:
+            return
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{t!r} {'' if step is None else step}")
+            os.replace(tmp, path)  # the runner never reads a half-written beat
+        except OSError:
+            pass  # progress reporting must never fail the job
 
 
 def preemption_notice() -> float | None:

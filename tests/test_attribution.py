@@ -239,6 +239,38 @@ def test_timeouts_are_validated(field: str, value: object) -> None:
         request(**{field: value})  # type: ignore[arg-type]
 
 
+def test_the_last_step_before_a_hang_is_the_one_reported() -> None:
+    """Beats a second apart at most, but the latest step always reaches the runner (within a second), with
+    the time it was given: a host that beats steps 0..9 quickly and then hangs reports step 9, not 0."""
+    import threading
+    import time
+
+    from fray_core import hostapi
+
+    got: list[tuple[float, int | None]] = []
+    nine = threading.Event()
+
+    def sink(t: float, step: int | None) -> None:
+        got.append((t, step))
+        if step == 9:
+            nine.set()
+
+    hostapi.set_channel(beat=sink)
+    try:
+        given = []
+        for step in range(10):
+            given.append(time.time())
+            hostapi.heartbeat(step)
+        assert nine.wait(5 * hostapi.MIN_INTERVAL), got  # the flusher wrote it: the host beats no more
+        assert [s for _, s in got] == [0, 9], got  # coalesced: the first at once, the latest after it
+        assert given[9] <= got[1][0] < given[9] + 1.0  # the time of the call, not of the write
+        hostapi.heartbeat(10)  # within a second of the last write: held back, then dropped with the channel
+        hostapi.set_channel()
+    finally:
+        hostapi.set_channel()
+    assert [s for _, s in got] == [0, 9], got
+
+
 def test_heartbeat_and_notice_are_harmless_outside_a_job(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import fray_core
     from fray_core import hostapi

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cli import JOBS_MOD, Fray
@@ -312,17 +313,17 @@ def test_launch_gpu_bad_input(
 # --------------------------------------------------------------------------- logs and lists you can cut
 
 
-def _plant_log(store: JobStore, job_id: str, lines: list[str]) -> None:
-    store.write(
-        JobInfo(job_id=job_id, name="logged", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=2.0),
-        owner=owner_info(),
-    )
+def _plant_log(store: JobStore, job_id: str, lines: list[str], attempts: int = 0, **summary: Any) -> None:
+    info = JobInfo(job_id=job_id, name="logged", status=JobStatus.SUCCEEDED, submitted_at=1.0, finished_at=2.0)
+    info.attempts = [Attempt(index=i) for i in range(attempts)]
+    info.request_summary = summary
+    store.write(info, owner=owner_info())
     Path(store.log_path(job_id)).write_text("".join(f"{line}\n" for line in lines))
 
 
 def test_logs_tail_host_attempt(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
     lines = [f"[a{a} s{s}/h{h}] step {i}" for i in range(30) for a in (0, 1) for s in (0, 1) for h in (0, 1)]
-    _plant_log(jobs, "tpu-1", lines)
+    _plant_log(jobs, "tpu-1", lines, attempts=2, device={"kind": "tpu", "hosts": 2}, replicas=2)
     with open(jobs.log_path("tpu-1"), "a") as f:
         f.write("[a1 s0/h0] a partial line with no newline yet")
 
@@ -336,12 +337,25 @@ def test_logs_tail_host_attempt(jobs: JobStore, capsys: pytest.CaptureFixture[st
     assert logs("--tail", "1000") == lines
     assert logs("--host", "1/0") == [x for x in lines if "s1/h0]" in x]
     assert logs("--attempt", "1", "--host", "0/1", "--tail", "2") == ["[a1 s0/h1] step 28", "[a1 s0/h1] step 29"]
-    assert logs("--attempt", "7") == []
-    _plant_log(jobs, "cpu-1", ["[a0 r0] x", "[a0 r1] y", "[fray] note", "[a1 r1] z"])
+    _plant_log(
+        jobs, "cpu-1", ["[a0 r0] x", "[a0 r1] y", "[fray] note", "[a1 r1] z"], 2, device={"kind": "cpu"}, replicas=2
+    )
     assert main(["logs", "cpu-1", "--host", "r1"]) == 0
     assert capsys.readouterr().out.splitlines() == ["[a0 r1] y", "[a1 r1] z"]
     assert main(["logs", "cpu-1", "--host", "x/y"]) == 2
     assert "argument --host: expected SLICE/HOST" in capsys.readouterr().err
+    # a host or attempt the job does not have: one line, exit 2 (not an empty log that says nothing)
+    for job, argv, message in [
+        ("tpu-1", ["--attempt", "7"], "--attempt 7: job tpu-1 ended with attempts 0-1"),
+        ("tpu-1", ["--host", "2/0"], "--host 2/0: job tpu-1 has slices 0-1 of 2 hosts each (0/0 to 1/1)"),
+        ("tpu-1", ["--host", "0/2"], "has slices 0-1 of 2 hosts each"),
+        ("tpu-1", ["--host", "r0"], "--host r0: job tpu-1 is a TPU job; give SLICE/HOST (e.g. 0/0)"),
+        ("cpu-1", ["--host", "r2"], "--host r2: job cpu-1 has replicas r0 to r1"),
+        ("cpu-1", ["--host", "0/0"], "--host 0/0: job cpu-1 runs replicas, not TPU slices; give a replica (r0 to r1)"),
+    ]:
+        assert main(["logs", job, *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 def test_logs_follow_from_the_tail(fray: Fray) -> None:
@@ -368,7 +382,7 @@ def test_logs_follow_from_the_tail(fray: Fray) -> None:
 def test_logs_of_a_big_log_in_constant_memory(jobs: JobStore, tmp_path: Path) -> None:
     """A 100 MB log (one 'line' of it 20 MB with no newline, as progress bars write): ``--tail`` reads a few
     blocks from the end, a filter scans the whole log in ~1 MiB pieces. Loading it whole costs 300+ MiB."""
-    _plant_log(jobs, "big-1", [])
+    _plant_log(jobs, "big-1", [], 2, device={"kind": "cpu"}, replicas=2)
     block = "".join(f"[a0 r{i % 2}] {'x' * 90} {i}\n" for i in range(10_000)).encode()  # ~1 MB
     with open(jobs.log_path("big-1"), "wb") as f:
         f.writelines(block for _ in range(80))

@@ -266,6 +266,13 @@ def test_every_timeout_of_every_cluster_is_checked(tmp_path_factory: pytest.Temp
         assert what in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("job_ids", [123, [1], b"job", None, ["a", 2]])
+def test_wait_names_job_ids_when_they_are_not_ids(tmp_path_factory: pytest.TempPathFactory, job_ids: object) -> None:
+    """``wait(123)``: the field and what it takes, not a TypeError from inside the loop."""
+    with pytest.raises(TypeError, match=r"wait: job_ids: expected a job id \(str\) or a list of job ids, got"):
+        _shared_cluster(tmp_path_factory).wait(job_ids)  # type: ignore[arg-type]
+
+
 _CLUSTERS: dict[str, LocalCluster] = {}
 
 

@@ -72,12 +72,17 @@ from fray_core import Entrypoint, JobRequest, JobStatus, ResourceConfig
 from fray_ray.testing import IsolationUnavailable, fake_tpu_cluster
 
 # Ray keeps a package nothing names for this long (its own setting, which Fray's pins follow): a job queued
-# longer than that, whose hosts alone name its package, runs only if its supervisor kept it pinned
-PIN = 5
-os.environ["RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S"] = str(PIN)  # the client's, the cluster's
+# longer than that, whose hosts alone name its package, runs only if its supervisor kept it pinned. The
+# cluster's processes (the supervisors) get it; this client only for the upload of the job that tests it:
+# Ray keeps a supervisor's own package by the client's pin alone until the actor is up (at 5 s or 20 s, a
+# supervisor started on a loaded machine found its package gone)
+PIN = 10
+PIN_VAR = "RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S"
+os.environ[PIN_VAR] = str(PIN)
 try:
     cm = fake_tpu_cluster({{"v4-8": 1}}, head_cpus=2, isolated=True, health_check_period=1.0)
     fake = cm.__enter__()
+    del os.environ[PIN_VAR]
 except IsolationUnavailable as e:
     print(e)
     sys.exit({skip})
@@ -95,11 +100,13 @@ try:
     print("STORE", cluster.store.root)
     # a second job queues behind it (the scheduler actor's held call): it says why, and goes once it may. A
     # data file written since, the only change: the waiter shares the supervisor and its hosts get their own
-    # package, which only the supervisor's pin keeps in the GCS while the job queues (3 pins' lives here)
+    # package, which only the supervisor's pin keeps in the GCS while the job queues (1.5 pins' lives here)
     with open(os.path.join({proj!r}, "data.txt"), "w") as f:
         f.write("the waiter's")
+    os.environ[PIN_VAR] = str(PIN)  # this client's pin of its upload as short as the supervisor's
     waiter = cluster.launch(tpu(iso_mod.facts, client_dir={proj!r}, client_cwd={cwd!r}))
     queued_at = time.monotonic()
+    del os.environ[PIN_VAR]
     end = time.monotonic() + 90
     # (the slice may still be seen held by the job before, with chatty first in line: until chatty has it)
     while "held by chatty" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
@@ -120,7 +127,7 @@ try:
             break
         time.sleep(0.5)
     print("LOGS", json.dumps(logs.stdout + logs.stderr))
-    time.sleep(max(0.0, queued_at + 3 * PIN - time.monotonic()))  # Ray's clock, not ours: it must pass
+    time.sleep(max(0.0, queued_at + 1.5 * PIN - time.monotonic()))  # Ray's clock, not ours: it must pass
     stop = subprocess.run([*fray, "stop", job], env=env, capture_output=True, text=True, timeout=120)
     print("STOP", json.dumps([stop.returncode, stop.stdout + stop.stderr]))
     stopped_at = time.time()

@@ -330,13 +330,56 @@ def log_filter(host: tuple[int, int] | int | None, attempt: int | None) -> Any:
     return keep
 
 
+def check_log_selection(info: JobInfo, host: tuple[int, int] | int | None, attempt: int | None) -> None:
+    """Refuse (:class:`UsageError`) a ``--host`` of the wrong form for the job (``SLICE/HOST`` for a TPU job,
+    a replica for a CPU/GPU job) or beyond its shape, and an ``--attempt`` a finished job never had: else
+    the log is empty and says nothing of why.
+
+    >>> from fray_core.status import JobInfo, JobStatus
+    >>> tpu = JobInfo(job_id="j", name="j", status=JobStatus.RUNNING,
+    ...               request_summary={"device": {"kind": "tpu", "hosts": 2}, "replicas": 2})
+    >>> check_log_selection(tpu, (1, 1), None)
+    >>> check_log_selection(tpu, (2, 0), None)
+    Traceback (most recent call last):
+    ...
+    fray_core.cli.common.UsageError: --host 2/0: job j has slices 0-1 of 2 hosts each (0/0 to 1/1)
+    """
+    summary = info.request_summary or {}
+    device = summary.get("device") or {}
+    job = safe(info.job_id)
+    replicas = summary.get("replicas")
+    most = max(replicas) if isinstance(replicas, list) and replicas else replicas
+    if host is not None and isinstance(most, int) and most > 0:
+        if device.get("kind") == "tpu":
+            per = device.get("hosts")
+            if not isinstance(host, tuple):
+                raise UsageError(f"--host r{host}: job {job} is a TPU job; give SLICE/HOST (e.g. 0/0)")
+            if isinstance(per, int) and per > 0 and not (0 <= host[0] < most and 0 <= host[1] < per):
+                raise UsageError(
+                    f"--host {host[0]}/{host[1]}: job {job} has slices 0-{most - 1} of {per} hosts each "
+                    f"(0/0 to {most - 1}/{per - 1})"
+                )
+        elif isinstance(host, tuple):
+            raise UsageError(
+                f"--host {host[0]}/{host[1]}: job {job} runs replicas, not TPU slices; give a replica "
+                f"(r0 to r{most - 1})"
+            )
+        elif not 0 <= host < most:
+            raise UsageError(f"--host r{host}: job {job} has replicas r0 to r{most - 1}")
+    if attempt is not None and info.status.is_terminal() and not 0 <= attempt < len(info.attempts):
+        n = len(info.attempts)
+        had = "no attempt" if n == 0 else "attempt 0 only" if n == 1 else f"attempts 0-{n - 1}"
+        raise UsageError(f"--attempt {attempt}: job {job} ended with {had}")
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     """``fray logs ID [-f] [--tail N] [--host S/H] [--attempt N]``: the job's output, one line per host line,
     tagged ``[a<attempt> s<slice>/h<host>]``; read in pieces, so a log of any size costs the same memory."""
     from fray_core.records import JobStore, stream_log
 
     cluster = cluster_of_jobs(args, [args.job_id])
-    cluster.poll(args.job_id)  # an unknown id is an error, not an empty log
+    info = cluster.poll(args.job_id)  # an unknown id is an error, not an empty log
+    check_log_selection(info, args.host, args.attempt)  # so is a host or attempt the job does not have
     keep = log_filter(args.host, args.attempt)
     store = getattr(cluster, "store", None)
     if isinstance(store, JobStore):
