@@ -49,6 +49,17 @@ _beat_sink: Callable[[float, int | None], None] | None = None
 _notice_source: Callable[[], float | None] | None = None
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while the flusher held a lock (its write can take a KV round trip) would block in its
+    first heartbeat for good: it starts with fresh locks and nothing held back (its parent writes that)."""
+    global _lock, _write_lock, _flusher, _pending
+    _lock, _write_lock, _flusher, _pending = threading.Lock(), threading.Lock(), None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def set_channel(
     beat: Callable[[float, int | None], None] | None = None, notice: Callable[[], float | None] | None = None
 ) -> None:

@@ -271,6 +271,48 @@ def test_the_last_step_before_a_hang_is_the_one_reported() -> None:
     assert [s for _, s in got] == [0, 9], got
 
 
+def test_a_child_forked_while_a_beat_is_being_written_can_still_beat() -> None:
+    """A data loader forked while the flusher is inside a slow write (a KV round trip) does not block for good
+    in its first heartbeat: it starts with fresh locks."""
+    import os
+    import select
+    import threading
+
+    from fray_core import hostapi
+
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_sink(t: float, step: int | None) -> None:
+        if step == 5:
+            inside.set()
+            release.wait(10)
+
+    hostapi.set_channel(beat=slow_sink)
+    try:
+        for step in range(6):
+            hostapi.heartbeat(step)  # 0 written at once, 5 held back for the flusher
+        assert inside.wait(5)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its beats written (its own channel, as a host runner would set)
+            try:
+                hostapi.set_channel(beat=lambda t, step: os.write(w, b"1"))
+                hostapi.heartbeat(99)
+            finally:
+                os._exit(0)
+        os.close(w)
+        ready, _, _ = select.select([r], [], [], 10)
+        ok = bool(ready) and os.read(r, 1) == b"1"
+        if not ok:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(r)
+        assert ok, "the forked child's heartbeat was never written"
+    finally:
+        release.set()
+        hostapi.set_channel()
+
+
 def test_heartbeat_and_notice_are_harmless_outside_a_job(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import fray_core
     from fray_core import hostapi
