@@ -197,6 +197,8 @@ def test_request_that_can_never_fit_exits_2_at_launch(fray: Fray) -> None:
         r = fray("launch", *wait, "--tpu", "v4-16", "--slices", "3", "--cluster", "local?tpu=v4-16:2", "jobs_mod:where")
         _one_line_exit_2(r, "--tpu v4-16 --slices 3 can never fit: the fleet of local?tpu=v4-16:2 has 2 x v4-16")
         assert r.stdout == ""
+    r = fray("launch", "--tpu", "v4-16", "--slices", "4,3", "--cluster", "local?tpu=v4-16:2", "jobs_mod:where")
+    _one_line_exit_2(r, "--tpu v4-16 --slices 4,3 can never fit (even the fewest, 3): the fleet of local?tpu=v4-16:2")
     r = fray("launch", "--tpu", "v4-8", "--cluster", "local?tpu=v4-16:2", "jobs_mod:where")
     _one_line_exit_2(r, "has 2 x v4-16")
     assert not fray.jobs_dir.exists() or not any(fray.jobs_dir.iterdir())

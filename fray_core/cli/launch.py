@@ -229,8 +229,11 @@ def check_fits(cluster: Cluster, request: JobRequest) -> None:
     if have.get(device.type, 0) >= need:
         return
     what = ", ".join(f"{n} x {t}" for t, n in sorted(have.items())) or "no slices"
+    asked = ",".join(map(str, replicas)) if isinstance(replicas, (list, tuple)) else str(replicas)
+    fewest = f" (even the fewest, {need})" if isinstance(replicas, (list, tuple)) and len(replicas) > 1 else ""
     raise UsageError(
-        f"--tpu {device.type} --slices {need} can never fit: the fleet of {cluster.spec or 'this cluster'} has {what}"
+        f"--tpu {device.type} --slices {asked} can never fit{fewest}: the fleet of "
+        f"{cluster.spec or 'this cluster'} has {what}"
     )
 
 
