@@ -224,13 +224,14 @@ def check_fits(cluster: Cluster, request: JobRequest) -> None:
     if getattr(device, "kind", None) != "tpu" or fleet is None or fleet.on_demand:
         return
     replicas = request.resources.replicas
-    need = min(replicas) if isinstance(replicas, (list, tuple)) else int(replicas)
+    counts = [int(n) for n in replicas] if isinstance(replicas, (list, tuple)) else [int(replicas)]
+    need = min(counts)
     have = fleet.capacity()  # slices per type that exist (free, busy, or preempted and coming back)
     if have.get(device.type, 0) >= need:
         return
     what = ", ".join(f"{n} x {t}" for t, n in sorted(have.items())) or "no slices"
-    asked = ",".join(map(str, replicas)) if isinstance(replicas, (list, tuple)) else str(replicas)
-    fewest = f" (even the fewest, {need})" if isinstance(replicas, (list, tuple)) and len(replicas) > 1 else ""
+    asked = ",".join(map(str, counts))
+    fewest = f" (even the fewest, {need})" if len(counts) > 1 else ""
     raise UsageError(
         f"--tpu {device.type} --slices {asked} can never fit{fewest}: the fleet of "
         f"{cluster.spec or 'this cluster'} has {what}"
