@@ -500,7 +500,9 @@ class RaySliceProvider(SliceProvider):
                 view.nodes,
                 view.slices,
             )
-        self.scheduler.notify("claimed", self.job_id)
+        # the slices' names: the scheduler holds them for this job even where its read of what is free
+        # predates this claim (the next job in line is not admitted to them)
+        self.scheduler.notify("claimed", self.job_id, [lease.name for lease in leases])
         return leases
 
     def _in_transit(self, busy_unheld: Sequence[str]) -> bool:
@@ -550,7 +552,9 @@ class RaySliceProvider(SliceProvider):
         try:
             if not self._ready(heads, wait_until):
                 # the scheduler admitted us, so the slices exist: another claim got there first (the queue
-                # only orders, placement groups decide); we keep our place in line
+                # only orders, placement groups decide); we keep our place in line, and the scheduler's next
+                # answer reads what is free again (its copy said free what was not)
+                self._fresh_view = True
                 raise Unschedulable(
                     f"asked: {count} x {spec.name}; could not claim {count} slice head(s) in time; cluster "
                     f"has: {free} free, {total - free} busy",
@@ -631,6 +635,7 @@ class RaySliceProvider(SliceProvider):
             )
         try:
             if not self._ready(groups, wait_until):
+                self._fresh_view = True  # as in _claim: the next answer reads what is free again
                 raise Unschedulable(
                     f"asked: {count} x {spec.name}; could not claim {', '.join(names)} in time; cluster "
                     f"has: {free} free, {total - free} busy",
@@ -772,11 +777,12 @@ class RaySliceProvider(SliceProvider):
         end is recorded at once. Ray gives the resources back to the nodes asynchronously (27-104 ms
         measured); this job's next ``acquire`` waits for that (:meth:`_await_released`), another job's
         looks again shortly (:meth:`_in_transit`)."""
-        removed = [
-            lease.handle[0]
+        gone = [
+            lease
             for lease in leases
             if lease.handle is not None and not lease.handle[0].removed and lease.handle[0].groups
         ]
+        removed = [lease.handle[0] for lease in gone]
         for res in removed:
             res.remove()
         # Not a lost slice's groups: its nodes keep showing their resources until Ray declares them dead
@@ -785,7 +791,7 @@ class RaySliceProvider(SliceProvider):
             pg.id.hex() for res in removed if res.lost is None and not res.node_died for pg in res.groups
         )
         if removed:  # the scheduler reads what is free for every queued job: now, not at its next interval
-            self.scheduler.notify("released", self.job_id)
+            self.scheduler.notify("released", self.job_id, [lease.name for lease in gone])
 
     def _await_released(self) -> None:
         """Before this job claims again (a retry, an elastic resize): wait, at most ``RELEASE_TIMEOUT``,

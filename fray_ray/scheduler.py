@@ -54,8 +54,9 @@ __all__ = [
 
 # The version is in the name: a detached scheduler of an older Fray lives on in a long-lived cluster, and
 # a newer client must not call methods it lacks (v2: it reads the cluster's state itself, acquire_pool; v3:
-# acquire_pool holds a waiting job's call, known and hold; v4: draining holds a supervisor's call the same way).
-SCHEDULER_NAME = "fray-scheduler-v4"
+# acquire_pool holds a waiting job's call, known and hold; v4: draining holds a supervisor's call the same way;
+# v5: claimed and released name the slices).
+SCHEDULER_NAME = "fray-scheduler-v5"
 CALL_TIMEOUT = 30.0  # seconds to wait for the scheduler's answer (its first start included)
 # The scheduler's resource on the non-preemptible node: Ray's smallest amount (4 decimals), so the resource
 # caps nothing in practice (0.001 capped the supervisors sharing it at 1,000 concurrent jobs: issue 29).
@@ -69,6 +70,13 @@ HOLD_STEP = 1.0
 # At most this many calls held at once: an async actor serves a bounded number of calls at a time (Ray's
 # default 1,000, raised below), and the pokes, the draining nodes and the quarantine must not wait behind them.
 MAX_HELD = 256
+# A slice a job said it claimed is held by that job in every answer until a read of what is free that began
+# at least CLAIM_SETTLE_S after the claim (the GCS's copy of a node's resources lags the raylet's commit of
+# a placement group: a read right after a claim still showed the slice free, the next job in line was
+# admitted to it and its claim failed after RESERVE_GRACE, 10 s, without a reason; bench/NOTES.md), and
+# at most CLAIM_KEEP_S (past any read interval: by then a read says the truth).
+CLAIM_SETTLE_S = 1.0
+CLAIM_KEEP_S = 60.0
 
 
 @attrs.frozen
@@ -163,6 +171,7 @@ class Scheduler:
         self._held = 0  # acquire_pool calls being held
         self._nodes_read = -1  # the number of the node table's copy the last view was made from
         self._node_ids: frozenset[str] = frozenset()  # and the nodes in it
+        self._claims: dict[str, tuple[str, float]] = {}  # slice name -> (the job that said it claimed it, when)
 
     async def _state_of(self, kind: str) -> tuple[Any, int]:
         """The cluster's ``kind`` state (numbered, see ``ClusterView.numbered``): the copy when it is fresh
@@ -222,7 +231,40 @@ class Scheduler:
                 self._node_ids = ids
                 self._changed.add("available")
         available = await self._state_of("available")
-        return slice_view(nodes, available, tpu_type, label, topology, self._group_job if holders else None)
+        view = slice_view(nodes, available, tpu_type, label, topology, self._group_job if holders else None)
+        return self._with_claims(view)
+
+    def _with_claims(self, view: SliceView) -> SliceView:
+        """``view`` with the slices jobs said they claimed (:meth:`claimed`) held by those jobs, where the
+        read of what is free may predate the claim (see ``CLAIM_SETTLE_S``); a claim the reads have caught
+        up with is forgotten (from then on the view says who holds the slice, or that it is free again).
+
+        >>> from fray_ray.slices import SliceView
+        >>> s = Scheduler(follow_nodes=False)
+        >>> s._cluster = ClusterView()
+        >>> asyncio.run(s.claimed("train-a-20261123-094501-3fa2c1", ["s1"]))
+        >>> v = s._with_claims(SliceView(alive=["s1", "s2"], free=["s1", "s2"], holders={}, incomplete=[], nodes={}))
+        >>> v.free, v.holders
+        (['s2'], {'s1': 'train-a'})
+        """
+        if not self._claims:
+            return view
+        now = time.monotonic()
+        read = self._cluster._state["available"] if self._cluster is not None else None
+        began = read.at - read.took if read is not None else float("-inf")  # when the copy's read began
+        for name, (_, at) in list(self._claims.items()):
+            if began >= at + CLAIM_SETTLE_S or now - at > CLAIM_KEEP_S:
+                del self._claims[name]
+        taken = {name: job_label(self._claims[name][0]) for name in view.free if name in self._claims}
+        if not taken:
+            return view
+        return attrs.evolve(view, free=[n for n in view.free if n not in taken], holders={**view.holders, **taken})
+
+    def _forget_claims(self, job_id: str, names: Sequence[str] | None = None) -> None:
+        """Forget what ``job_id`` said it claimed (``names``; ``None``: all of it): it released or left."""
+        for name, (job, _) in list(self._claims.items()):
+            if job == job_id and (names is None or name in names):
+                del self._claims[name]
 
     def _group_job(self, group_id: str) -> str:
         """The job (label) whose slice-head group has this id, or ``""`` when it is no such group; asked of
@@ -458,21 +500,31 @@ class Scheduler:
         queue = self._queues.get(pool)
         return max(0, usable - queue.reserved_ahead(job_id, now)) if queue else usable
 
-    async def claimed(self, job_id: str) -> None:
-        """The job holds the slices it was admitted for: it leaves the line (and what is free changed)."""
+    async def claimed(self, job_id: str, names: Sequence[str] = ()) -> None:
+        """The job holds the slices it was admitted for (``names``): it leaves the line, and those slices
+        are held by it in every answer from now on, even by a read of what is free that predates the claim
+        (see ``CLAIM_SETTLE_S``)."""
+        now = time.monotonic()
+        for name in names:
+            self._claims[name] = (job_id, now)
+        if len(self._claims) > 100_000:  # never more than the cluster's slices unless callers lie: bounded
+            self._claims.clear()
         self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)
         self._poke()
 
-    async def released(self, job_id: str) -> None:
-        """The job gave slices back (a retry, a resize): the next answer of any job reads what is free."""
+    async def released(self, job_id: str, names: Sequence[str] | None = None) -> None:
+        """The job gave slices back (``names``; ``None``: all it held), a retry, a resize: the next answer of
+        any job reads what is free."""
+        self._forget_claims(job_id, names)
         self._changed.add("available")
         self._poke()
 
     async def leave(self, job_id: str) -> None:
         """The job stopped waiting (it ended, e.g. terminated): younger jobs no longer wait behind it, and
         the slices it held are read as free."""
+        self._forget_claims(job_id)
         self._changed.add("available")
         for q in self._queues.values():
             q.leave(job_id)

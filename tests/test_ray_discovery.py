@@ -543,3 +543,47 @@ def test_a_processs_lease_nodes_are_checked_every_few_seconds_and_every_second_a
     assert tick(13.0, urgent=True) == {b} and [t for t, _ in asked][-3:] == [11.0, 12.0, 13.0]
     assert asked[-1][1] == [a]  # a dead node is not asked after again
     assert tick(20.0) == {b}
+
+
+def test_a_slice_a_job_just_claimed_is_not_given_to_the_next_job_while_the_read_of_what_is_free_lags() -> None:
+    """The GCS's copy of a node's resources lags the raylet's commit of a placement group: a read of what is
+    free made right after a job claimed its slice still showed the slice free, the next job in line was
+    admitted to it, and its claim failed after 10 s with no pending reason (the isolated test's flake, CI of
+    2026-11-28 and 2026-12-07). A slice a job said it claimed is held by that job in every answer until a
+    read that began after the claim settled; the job's release or end gives it back at once."""
+    from fray_ray.scheduler import CLAIM_SETTLE_S
+
+    scheduler, reads = _one_free_one_held()  # slice a held by "holder", b free
+    first = asyncio.run(scheduler.acquire_pool("job-x", "v4-16", {}, None, [1], 30.0, 0.0))
+    assert first["count"] == 1, first
+    asyncio.run(scheduler.claimed("job-x", ["b"]))  # job-x holds b; the copy of what is free still says b free
+    n = reads["available"]
+    nxt = asyncio.run(scheduler.acquire_pool("job-y", "v4-16", {}, None, [1], 30.0, 1.0))
+    assert "count" not in nxt and nxt["held"], nxt
+    assert nxt["reason"].startswith("queued: 1st for 1 x v4-16; cluster: 0 free"), nxt["reason"]
+    assert "job-x" in nxt["reason"] and (nxt["free"], nxt["busy"], nxt["transit"]) == (0, 2, []), nxt
+    assert reads["available"] == n  # the copy served: the claim, not a read, said b is taken
+
+    # a read that began before the claim settled, still showing b free: b stays held by job-x
+    cached = scheduler._cluster._state["available"]
+    cached.at, cached.took = time.monotonic() - 1.5, 0.0
+    again = asyncio.run(scheduler.acquire_pool("job-y", "v4-16", {}, None, [1], 30.0, 1.0))
+    assert "count" not in again and "job-x" in again["reason"], again
+
+    # job-x ends: b is free for the next job at once
+    asyncio.run(scheduler.leave("job-x"))
+    went = asyncio.run(scheduler.acquire_pool("job-y", "v4-16", {}, None, [1], 30.0, 1.0))
+    assert went.get("count") == 1, went
+
+    # a read that began after the claim settled is the truth (here: b free, as if job-x let it go unsaid)
+    asyncio.run(scheduler.claimed("job-y", ["b"]))
+    scheduler._claims["b"] = ("job-y", time.monotonic() - CLAIM_SETTLE_S - 1.0)
+    cached.at, cached.took = time.monotonic(), 0.0
+    free = asyncio.run(scheduler.acquire_pool("job-z", "v4-16", {}, None, [1], 30.0, 2.0))
+    assert free.get("count") == 1 and scheduler._claims == {}, free
+
+    # a release gives the named slices back at once
+    asyncio.run(scheduler.claimed("job-z", ["b"]))
+    assert "count" not in asyncio.run(scheduler.acquire_pool("job-w", "v4-16", {}, None, [1], 30.0, 3.0))
+    asyncio.run(scheduler.released("job-z", ["b"]))
+    assert asyncio.run(scheduler.acquire_pool("job-w", "v4-16", {}, None, [1], 30.0, 3.0)).get("count") == 1

@@ -108,10 +108,18 @@ try:
     queued_at = time.monotonic()
     del os.environ[PIN_VAR]
     end = time.monotonic() + 90
+    seen = []  # the waiter's states as they changed, for a failure to say
     # (the slice may still be seen held by the job before, with chatty first in line: until chatty has it)
-    while "held by chatty" not in (cluster.poll(waiter).pending_reason or "") and time.monotonic() < end:
+    while True:
+        w = cluster.poll(waiter)
+        now = [w.status.value, w.pending_reason, w.progress]
+        if not seen or seen[-1][1:] != now:
+            seen.append([round(time.monotonic() - queued_at, 1), *now])
+        if "held by chatty" in (w.pending_reason or "") or time.monotonic() > end:
+            break
         time.sleep(0.2)
-    print("QUEUED", json.dumps(cluster.poll(waiter).pending_reason))
+    print("QUEUED", json.dumps(w.pending_reason))
+    print("QUEUED_SEEN", json.dumps(seen))
     # what both jobs were at that moment, for a failure to say (the reason alone was once None: flaky, 2026-11-28)
     print("QUEUED_INFO", json.dumps([[i.status.value, i.pending_reason, i.progress,
                                       [str(a.outcome) for a in i.attempts], i.error]
@@ -211,9 +219,11 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
     queued = json.loads(got["QUEUED"])
-    assert queued.startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), (
+    assert (queued or "").startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), (
         queued,
         got["QUEUED_INFO"],
+        got["QUEUED_SEEN"],
+        out.stderr[-3000:],
     )
     status, error, took, data, queued_for, same_owner = json.loads(got["WAITER"])
     assert status == "SUCCEEDED" and took < 30, (status, error, took)  # went once the slice was free
