@@ -409,6 +409,9 @@ class GangRunner:
     ) -> tuple[AttemptOutcome, str | None, list[Any] | None]:
         what = f"{'/'.join(map(str, counts))} x {tpu.type}" if tpu else f"{res.replicas} process(es)"
         self.info.progress = f"attempt {attempt.index}: waiting for {what}"
+        if self.info.status is JobStatus.PENDING and not self.info.pending_reason:
+            # until the backend's first answer (a queue's place, a reason it waits): a PENDING job always says why
+            self.info.pending_reason = f"looking for {what}"
         self._changed()
         try:
             leases = self._acquire(res, tpu, counts)

@@ -250,8 +250,9 @@ class Scheduler:
         if not self._claims:
             return view
         now = time.monotonic()
-        read = self._cluster._state["available"] if self._cluster is not None else None
-        began = read.at - read.took if read is not None else float("-inf")  # when the copy's read began
+        # when the read of what is free this view was made from began (a newer read finished meanwhile, in
+        # its thread: not known, so nothing is forgotten on its account)
+        began = self._cluster.began("available", view.token[1]) if self._cluster is not None else float("-inf")
         for name, (_, at) in list(self._claims.items()):
             if began >= at + CLAIM_SETTLE_S or now - at > CLAIM_KEEP_S:
                 del self._claims[name]

@@ -64,6 +64,7 @@ class _Cached:
         self.snapshot: tuple[Any, int] = (empty, 0)  # the copy and the number of the read that gave it
         self.at = float("-inf")  # time.monotonic() of the read that gave ``value``
         self.took = 0.0  # seconds that read took (a slow GCS shows here first)
+        self.began = (0, float("-inf"))  # the number of the last read and its time.monotonic() when it began
         self.lock = threading.Lock()
         self.reads = 0
 
@@ -81,7 +82,7 @@ class _Cached:
             t0 = time.monotonic()
             value = self.read()
             self.took, self.reads = time.monotonic() - t0, self.reads + 1
-            self.snapshot, self.at = (value, self.reads), time.monotonic()
+            self.snapshot, self.at, self.began = (value, self.reads), time.monotonic(), (self.reads, t0)
             return self.snapshot
 
 
@@ -142,6 +143,12 @@ class ClusterView:
     def age(self, kind: str) -> float:
         """Seconds since ``kind`` (``nodes``, ``available``, ``draining``) was last read (inf: never)."""
         return time.monotonic() - self._state[kind].at
+
+    def began(self, kind: str, read: int) -> float:
+        """When (``time.monotonic()``) read number ``read`` of ``kind`` began: what it can know of comes
+        before; ``-inf`` when that is not the last read (a newer one came since)."""
+        number, t0 = self._state[kind].began
+        return t0 if number == read else float("-inf")
 
     def read_seconds(self, kind: str) -> float:
         """How long the last read of ``kind`` took: a GCS that falls behind shows here."""

@@ -123,8 +123,11 @@ def test_waiting_for_slices_other_jobs_hold_is_pending_with_no_attempt_and_no_bu
     assert runner.info.preemptions == 0 and clock.now() == 1001.0
     waiting = [s for s in seen if s[1] is not None]
     assert waiting and set(waiting) == {
-        ("PENDING", "queued: 1st for 2 x v4-16; fleet: 1 free, 1 held by (another job)", 0)
+        ("PENDING", "looking for 2 x v4-16", 0),  # until the provider's first answer
+        ("PENDING", "queued: 1st for 2 x v4-16; fleet: 1 free, 1 held by (another job)", 0),
     }
+    # until it has its slices a PENDING job says why (then its progress says its hosts are starting)
+    assert all(reason for status, reason, n in seen if status == "PENDING" and n == 0), seen
     assert runner.info.pending_reason is None and runner.info.goodput.pending_s == 1000.0
     provider.check()
 
