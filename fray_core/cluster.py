@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
 import contextvars
 import importlib
@@ -262,40 +263,128 @@ class Cluster(abc.ABC):
             device = self.poll(job_id).request_summary.get("device") or {}
             view = LoggingMonitorView(hosts_per_slice=int(device.get("hosts") or 1))
         view = view if view is not None else MonitorView(out or sys.stdout)
-        lines: queue.Queue[str | None] = queue.Queue()
+        lines = _LinePipe(MONITOR_BUFFER_CHARS)
+        failed: list[Exception] = []  # what stopped the log pump early (said after a poll: an unknown id raises)
 
         def pump() -> None:
+            stream: Iterator[str] | None = None
             try:
-                for line in self.logs(job_id, follow=True):
-                    lines.put(line)
+                stream = iter(self.logs(job_id, follow=True))
+                for line in stream:
+                    if not lines.put(line):
+                        break  # monitor() has returned or raised: stop reading
+            except Exception as e:  # handed to monitor(), which says it: never printed by this thread
+                failed.append(e)
             finally:
-                lines.put(None)
+                lines.end()
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    with contextlib.suppress(Exception):
+                        close()  # a generator's cleanup (its open log file) now, not when collected
 
         threading.Thread(target=pump, daemon=True, name=f"fray-monitor-{job_id}").start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        reported: set[int] = set()  # attempts whose end was shown
-        pump_done = False
-        while True:
-            try:  # output first, so a job's last lines come before its final status
-                item = lines.get(timeout=0.2)
-                while item is not None:
-                    view.log(item)
-                    item = lines.get_nowait()
-                pump_done = True
-            except queue.Empty:
-                pass
-            info = self.poll(job_id)
-            # once the job ended, its final lines come out first: the log pump stops after draining the log
-            if pump_done or not info.status.is_terminal():
-                for att in info.attempts:
-                    if att.outcome is not None and att.index not in reported:
-                        reported.add(att.index)
-                        view.attempt_ended(att)
-                view.progress(info)
-                if info.status.is_terminal():
-                    return info
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            reported: set[int] = set()  # attempts whose end was shown
+            pump_done = False
+            while True:
+                try:  # output first, so a job's last lines come before its final status
+                    item = lines.get(timeout=0.2)
+                    looked = time.monotonic() + 0.5  # a job that prints without pause still gets polled
+                    while item is not None:
+                        view.log(item)
+                        if time.monotonic() > looked:
+                            raise queue.Empty
+                        item = lines.get()
+                    pump_done = True
+                except queue.Empty:
+                    pass
+                info = self.poll(job_id)
+                if failed:
+                    _log.warning(
+                        "monitor: job %s: cannot read its log: %s: %s", job_id, type(failed[0]).__name__, failed[0]
+                    )
+                    failed.clear()
+                # once the job ended, its final lines come out first: the log pump stops after draining the log
+                if pump_done or not info.status.is_terminal():
+                    for att in info.attempts:
+                        if att.outcome is not None and att.index not in reported:
+                            reported.add(att.index)
+                            view.attempt_ended(att)
+                    view.progress(info)
+                    if info.status.is_terminal():
+                        return info
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeoutError(f"monitor: job {job_id} still running after {timeout}s")
+        finally:
+            lines.close()  # monitor() returned or raised: a pump waiting for room stops now
+
+
+#: characters of log lines :meth:`Cluster.monitor` holds that its view has not shown yet (plus one line): its
+#: log pump waits for the view beyond that, so a job printing faster than the output sink takes costs no more
+MONITOR_BUFFER_CHARS = 4 << 20
+
+_ITEM_COST = 100
+
+_log = logging.getLogger(__name__)
+
+
+class _LinePipe:
+    """Log lines from :meth:`Cluster.monitor`'s pump thread to the monitor, at most ``limit`` characters held
+    (plus the line being added): :meth:`put` waits for room, and returns ``False`` once :meth:`close` was called
+    (the monitor is done). :meth:`get` returns ``None`` after :meth:`end` (the log is drained), raises
+    :class:`queue.Empty` when no line came in time.
+
+    >>> p = _LinePipe(4)
+    >>> p.put("ab"), p.end(), p.get(0.1), p.get(0.1)
+    (True, None, 'ab', None)
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: collections.deque[str | None] = collections.deque()
+        self._held = 0  # characters in _items, each line counted _ITEM_COST more (1M empty lines cost memory too)
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, line: str) -> bool:
+        """Add ``line`` once there is room; ``False`` (dropped) when the reader is gone."""
+        with self._cond:
+            while self._held >= self.limit and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return False
+            self._items.append(line)
+            self._held += _ITEM_COST + len(line)
+            self._cond.notify_all()
+            return True
+
+    def end(self) -> None:
+        """No more lines: the reader gets ``None`` after the last."""
+        with self._cond:
+            self._items.append(None)
+            self._cond.notify_all()
+
+    def get(self, timeout: float = 0.0) -> str | None:
+        """The next line (``None``: the end), waiting up to ``timeout``; :class:`queue.Empty` when none came."""
+        with self._cond:
+            if not self._items and timeout > 0:
+                self._cond.wait_for(lambda: bool(self._items), timeout)
+            if not self._items:
+                raise queue.Empty
+            item = self._items.popleft()
+            if item is not None:
+                self._held -= _ITEM_COST + len(item)
+                self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        """The reader is done: lines held are dropped and a :meth:`put` waiting returns ``False``."""
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._held = 0
+            self._cond.notify_all()
 
 
 class MonitorView:

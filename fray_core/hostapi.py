@@ -32,8 +32,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from fray_core.limits import check_number
+from fray_core.records import MAX_INT_DIGITS
+
 __all__ = ["heartbeat", "preemption_notice", "set_channel"]
 
+#: the largest training step :func:`heartbeat` takes: the largest int a job's record holds
+MAX_STEP = 10**MAX_INT_DIGITS - 1
 #: heartbeats closer together than this are coalesced: the first is written at once, the latest of the others
 #: when this much has passed since (so the last step before a hang is the one reported, a second late at most)
 MIN_INTERVAL = 1.0
@@ -88,6 +93,9 @@ def heartbeat(step: int | None = None) -> None:
     global _last_write, _pending, _flusher, _seq
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         raise TypeError(f"heartbeat(step): expected an int or None, got {step!r}")
+    # a record holds ints below 10**19 (records.MAX_INT_DIGITS): a larger step would make the job's record
+    # unreadable, so it fails here, in the host's code, like a negative one
+    check_number("heartbeat(step)", step, integer=True, maximum=MAX_STEP, allow_none=True)
     if _beat_sink is None and not os.environ.get("FRAY_HEARTBEAT_FILE"):
         return  # outside a job
     now = time.time()

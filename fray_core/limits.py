@@ -25,11 +25,14 @@ __all__ = [
     "MAX_HOSTS_PER_JOB",
     "MAX_NAME_LENGTH",
     "MAX_REPLICAS",
+    "MAX_RETRIES",
     "MAX_SECONDS",
     "MIN_POLL_INTERVAL",
     "check_name",
     "check_number",
     "check_seconds",
+    "is_finite",
+    "show_number",
 ]
 
 #: slices of one TPU job (``ResourceConfig.replicas``), or processes of one CPU/GPU job
@@ -44,6 +47,43 @@ MAX_NAME_LENGTH = 1024
 MAX_SECONDS = 1e9
 #: the shortest ``RetryPolicy.poll_interval``: shorter only spins a core
 MIN_POLL_INTERVAL = 0.01
+#: a retry budget (``JobRequest.max_retries_failure``/``max_retries_preemption``): a million attempts is no
+#: real job's; above it, a typo (and a record holds it as a number: records.MAX_INT_DIGITS)
+MAX_RETRIES = 1_000_000
+
+
+def is_finite(value: int | float) -> bool:
+    """``math.isfinite`` that never raises: an int too large for a float (``10**400``) is out of range, so
+    not finite here, instead of an ``OverflowError: int too large to convert to float``.
+
+    >>> is_finite(10**400), is_finite(float("nan")), is_finite(3)
+    (False, False, True)
+    """
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def show_number(value: Any) -> str:
+    """``repr(value)`` for an error message, except that an int of 30 digits or more is shown by its number
+    of digits (``repr`` of a 5,000-digit int raises, and a 400-digit one hides the rest of the message).
+
+    >>> show_number(1.5), show_number(10**400)
+    ('1.5', 'an int of 401 digits')
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) < 10**30:
+        return repr(value)
+    try:
+        digits = len(str(abs(value)))
+    except ValueError:  # above sys.get_int_max_str_digits(): str() refuses, log10 does not
+        return f"an int of about {int(math.log10(abs(value))) + 1:,} digits"
+    return f"an int of {digits:,} digits"
+
+
+def _bound(limit: float) -> str:
+    # an int bound exactly (a step's 9999999999999999999 is not "1e+19"); small ones as ever
+    return f"{limit:,}" if isinstance(limit, int) and abs(limit) >= 10**6 else f"{limit:g}"
 
 
 def check_number(
@@ -71,7 +111,7 @@ def check_number(
     kind = "an int" if integer else f"a finite number{' of ' + unit if unit else ''}"
     allowed = f"{kind} {'>' if exclusive else '>='} {minimum:g}"
     if maximum is not None:
-        allowed += f" (at most {maximum:g})"
+        allowed += f" (at most {_bound(maximum)})"
     if allow_none:
         allowed += " or None"
     if value is None and allow_none:
@@ -80,12 +120,11 @@ def check_number(
     if isinstance(value, bool) or not isinstance(value, types):
         raise TypeError(f"{field}: expected {allowed}, got {value!r}")
     if (
-        not math.isfinite(value)
+        not is_finite(value)
         or (value <= minimum if exclusive else value < minimum)
         or (maximum is not None and value > maximum)
     ):
-        shown = f"{value!r}" if not integer or abs(value) < 10**30 else f"an int of {len(str(abs(value)))} digits"
-        raise ValueError(f"{field}: expected {allowed}, got {shown}")
+        raise ValueError(f"{field}: expected {allowed}, got {show_number(value)}")
     return value
 
 
@@ -103,7 +142,8 @@ def check_seconds(field: str, value: Any, *, positive: bool = False, allow_none:
 
 
 def check_name(field: str, value: Any) -> str:
-    """A job or session name: a non-empty str of at most :data:`MAX_NAME_LENGTH` characters.
+    """A job or session name: a non-empty str of at most :data:`MAX_NAME_LENGTH` characters, without NUL
+    bytes (other control characters are kept, and shown escaped by the CLI).
 
     >>> check_name("JobRequest.name", "train")
     'train'
@@ -114,4 +154,6 @@ def check_name(field: str, value: Any) -> str:
         raise ValueError(
             f"{field}: at most {MAX_NAME_LENGTH} characters allowed, got {len(value):,} ({value[:40]!r}...)"
         )
+    if "\0" in value:  # as a command, an env var or a workspace: no file name or C string holds one
+        raise ValueError(f"{field}: a name with a NUL byte is not allowed, got {value!r}")
     return value

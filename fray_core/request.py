@@ -15,7 +15,6 @@ Every validation error names the field, the value given and what is allowed::
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +22,15 @@ from typing import Any
 
 import attrs
 
-from fray_core.limits import MAX_HOSTS_PER_JOB, MAX_REPLICAS, MAX_SECONDS, check_name
+from fray_core.limits import (
+    MAX_HOSTS_PER_JOB,
+    MAX_REPLICAS,
+    MAX_RETRIES,
+    MAX_SECONDS,
+    check_name,
+    is_finite,
+    show_number,
+)
 from fray_core.tpu import TpuSpec, get_tpu_spec, normalize_tpu_type
 
 __all__ = [
@@ -53,6 +60,13 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtpb]?)(?:i?b)?\s*$", re
 
 #: the largest size accepted anywhere (1024p = 1 EiB): more is a typo, not a machine
 MAX_SIZE = 1024 * _UNITS["p"]
+# digits of a size's whole part: 1 EiB in bytes has 19, so more is over MAX_SIZE in any unit
+_MAX_SIZE_DIGITS = 30
+
+
+def _show_text(value: str) -> str:
+    """``repr(value)``, cut when long: a message names the value, it does not repeat 5,000 characters."""
+    return repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value):,} characters)"
 
 
 def parse_size(value: str | int | float, field: str = "size") -> int:
@@ -72,7 +86,7 @@ def parse_size(value: str | int | float, field: str = "size") -> int:
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"{field}: expected a finite size like '16g' or a number of GiB, got {value!r}")
         if value < 0:
-            raise ValueError(f"{field}: must be >= 0, got {value!r}")
+            raise ValueError(f"{field}: must be >= 0, got {show_number(value)}")
         nbytes = value * _UNITS[""]
     elif isinstance(value, str):
         m = _SIZE_RE.match(value)
@@ -83,12 +97,15 @@ def parse_size(value: str | int | float, field: str = "size") -> int:
             )
         scale = _UNITS[m.group(2).lower()]
         digits = m.group(1)
+        if len(digits.split(".")[0].lstrip("0")) > _MAX_SIZE_DIGITS:  # int() of 5,000 digits raises; no size has 30
+            raise ValueError(f"{field}: {_show_text(value)} is more than the largest size allowed, 1024p (1 EiB)")
         # exact for integers of any length; a float for fractions (never inf: the regex allows no exponent)
         nbytes = int(digits) * scale if digits.isdigit() else float(digits) * scale
     else:
         raise TypeError(f"{field}: expected a size like '16g' or a number of GiB, got {value!r}")
     if nbytes > MAX_SIZE:
-        raise ValueError(f"{field}: {value!r} is more than the largest size allowed, 1024p (1 EiB)")
+        shown = _show_text(value) if isinstance(value, str) else show_number(value)
+        raise ValueError(f"{field}: {shown} is more than the largest size allowed, 1024p (1 EiB)")
     return int(nbytes)
 
 
@@ -122,7 +139,7 @@ def _check_positive_int(field: str) -> Callable[[Any, attrs.Attribute, Any], Non
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{field}: expected an int >= 1, got {value!r}")
         if value < 1:
-            raise ValueError(f"{field}: must be >= 1, got {value!r}")
+            raise ValueError(f"{field}: must be >= 1, got {show_number(value)}")
 
     return check
 
@@ -169,8 +186,12 @@ class TpuConfig:
         if value is None:
             return
         spec = get_tpu_spec(self.type)
-        if not isinstance(value, str) or not re.fullmatch(r"\d+(x\d+){1,2}", value):
-            raise ValueError(f"TpuConfig.topology: expected e.g. '2x2x2', got {value!r}")
+        # ASCII digits, and few: int() of 5,000 digits raises, and no side of a pod has more than 2
+        if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,6}(x[0-9]{1,6}){1,2}", value):
+            shown = _show_text(value) if isinstance(value, str) else repr(value)
+            raise ValueError(
+                f"TpuConfig.topology: expected 2 or 3 sides of at most 6 digits each, e.g. '2x2x2', got {shown}"
+            )
         n = 1
         for d in value.split("x"):
             n *= int(d)
@@ -216,10 +237,10 @@ def _check_number(field: str, minimum: float) -> Callable[[Any, attrs.Attribute,
     def check(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{field}: expected a number >= {minimum:g}, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{field}: expected a finite number >= {minimum:g}, got {value!r}")
+        if not is_finite(value):  # also an int too large for a float (10**400): out of range
+            raise ValueError(f"{field}: expected a finite number >= {minimum:g}, got {show_number(value)}")
         if value < minimum:
-            raise ValueError(f"{field}: must be >= {minimum:g}, got {value!r}")
+            raise ValueError(f"{field}: must be >= {minimum:g}, got {show_number(value)}")
 
     return check
 
@@ -280,8 +301,9 @@ class ResourceConfig:
                 )
             for v in value:
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    listed = ", ".join(show_number(x) for x in value[:10]) + (", ..." if len(value) > 10 else "")
                     raise ValueError(
-                        f"ResourceConfig.replicas: every entry must be an int >= 1, got {v!r} in {list(value)}"
+                        f"ResourceConfig.replicas: every entry must be an int >= 1, got {show_number(v)} in [{listed}]"
                     )
             if not isinstance(self.device, TpuConfig) and len(set(value)) > 1:
                 raise ValueError(
@@ -293,7 +315,7 @@ class ResourceConfig:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"ResourceConfig.replicas: expected an int >= 1 or a list of them, got {value!r}")
         if value < 1:
-            raise ValueError(f"ResourceConfig.replicas: must be >= 1, got {value!r}")
+            raise ValueError(f"ResourceConfig.replicas: must be >= 1, got {show_number(value)}")
         self._check_replica_limits(value)
 
     def _check_replica_limits(self, largest: int) -> None:
@@ -301,7 +323,7 @@ class ResourceConfig:
         # start-up inside the runner (fray_core.limits, docs/troubleshooting.md).
         if largest > MAX_REPLICAS:
             what = "slices per TPU job" if isinstance(self.device, TpuConfig) else "processes per job"
-            shown = f"{largest:,}" if largest < 10**30 else f"an int of {len(str(largest))} digits"
+            shown = f"{largest:,}" if largest < 10**30 else show_number(largest)
             raise ValueError(f"ResourceConfig.replicas: at most {MAX_REPLICAS:,} {what} allowed, got {shown}")
         if isinstance(self.device, TpuConfig) and largest * self.device.hosts > MAX_HOSTS_PER_JOB:
             raise ValueError(
@@ -468,12 +490,13 @@ class Entrypoint:
         fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
     ) -> Entrypoint:
         """``Entrypoint.from_callable(train, args=(10,), kwargs={"lr": 1e-3})``."""
-        return Entrypoint(callable=fn, function_args=kwargs or {}, args=tuple(args))
+        # the constructor's converter refuses a lone string (tuple("ab") is ('a', 'b')) and a non-iterable
+        return Entrypoint(callable=fn, function_args=kwargs or {}, args=args)
 
     @staticmethod
     def from_binary(cmd: str, args: Sequence[str] = ()) -> Entrypoint:
         """``Entrypoint.from_binary("python", ["-c", "print(1)"])``."""
-        return Entrypoint(binary=cmd, args=tuple(args))
+        return Entrypoint(binary=cmd, args=args)  # the converter refuses a lone string, as above
 
     @property
     def command(self) -> list[str]:
@@ -619,11 +642,12 @@ def _check_seconds(field: str, *, positive: bool) -> Callable[[Any, attrs.Attrib
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
-            or not math.isfinite(value)
+            or not is_finite(value)
             or (value <= 0 if positive else value < 0)
             or value > MAX_SECONDS
         ):
-            raise ValueError(f"{field}: expected seconds {allowed}, got {value!r}")
+            shown = show_number(value) if isinstance(value, int) else repr(value)
+            raise ValueError(f"{field}: expected seconds {allowed}, got {shown}")
 
     return check
 
@@ -713,8 +737,8 @@ class JobRequest:
     def _check_timeout(self, a: attrs.Attribute, value: Any) -> None:
         if value is None:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"JobRequest.{a.name}: expected seconds > 0 or None, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value) or value <= 0:
+            raise ValueError(f"JobRequest.{a.name}: expected seconds > 0 or None, got {show_number(value)}")
         if value > MAX_SECONDS:
             raise ValueError(
                 f"JobRequest.{a.name}: expected seconds > 0 or None, got {value!r} (at most {MAX_SECONDS:g})"
@@ -743,7 +767,9 @@ class JobRequest:
     @max_retries_preemption.validator
     def _check_budget(self, a: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"JobRequest.{a.name}: expected an int >= 0, got {value!r}")
+            raise ValueError(f"JobRequest.{a.name}: expected an int >= 0, got {show_number(value)}")
+        if value > MAX_RETRIES:  # a typo: no job retries a million times, and a record holds at most 19 digits
+            raise ValueError(f"JobRequest.{a.name}: at most {MAX_RETRIES:,} retries allowed, got {show_number(value)}")
 
     @elastic.validator
     def _check_elastic(self, _a: attrs.Attribute, value: Any) -> None:

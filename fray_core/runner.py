@@ -18,6 +18,7 @@ Example (with any provider)::
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -81,6 +82,7 @@ _POLICY_BOUNDS = (
     ("poll_interval", MIN_POLL_INTERVAL, False),
     ("cancel_grace", 0.0, False),
     ("host_start_timeout", 0.0, True),
+    ("progress_interval", MIN_POLL_INTERVAL, False),  # a poll interval too when no stall detection asks
 )
 
 
@@ -114,9 +116,25 @@ class RetryPolicy:
             )
 
     def backoff(self, consecutive: int) -> float:
+        """The wait before the next attempt after ``consecutive`` bad ones in a row: ``backoff_initial``
+        times ``backoff_multiplier ** (consecutive - 1)``, at most ``backoff_max``. Never overflows: the
+        count never resets while a job keeps failing, and ``2.0 ** 1024`` raises.
+
+        >>> RetryPolicy().backoff(3), RetryPolicy().backoff(10**6)
+        (4.0, 60.0)
+        """
         if consecutive <= 0 or self.backoff_initial <= 0:
             return 0.0
-        return min(self.backoff_max, self.backoff_initial * self.backoff_multiplier ** (consecutive - 1))
+        cap, initial = self.backoff_max, self.backoff_initial
+        if initial >= cap:
+            return cap
+        # in logs (every term finite: initial > 0, cap > initial): the cap is reached before the power overflows
+        growth = (consecutive - 1) * math.log(self.backoff_multiplier)
+        if growth >= math.log(cap) - math.log(initial):
+            return cap
+        if growth < 700.0:  # multiplier ** (consecutive - 1) < e**700: a finite float, exact as before
+            return min(cap, initial * self.backoff_multiplier ** (consecutive - 1))
+        return min(cap, math.exp(math.log(initial) + growth))  # a subnormal initial: the power alone overflows
 
 
 def format_exception(exc: BaseException) -> str:

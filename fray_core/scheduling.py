@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Sequence
 
-from fray_core.limits import MAX_SECONDS
+from fray_core.limits import MAX_SECONDS, is_finite, show_number
 
 __all__ = ["FairQueue", "Quarantine", "held_by", "ordinal", "pending_reason", "span"]
 
@@ -225,10 +225,10 @@ class Quarantine:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
-                or not math.isfinite(value)
+                or not is_finite(value)  # also an int too large for a float: out of range, not an OverflowError
                 or not 0 <= value <= MAX_SECONDS
             ):
-                raise ValueError(f"{name}: {field} must be seconds >= 0, got {value!r}")
+                raise ValueError(f"{name}: {field} must be seconds >= 0, got {show_number(value)}")
         self.after = after
         self.window = float(window)
         self.duration = float(duration)

@@ -112,6 +112,11 @@ TPU_GENERATIONS: tuple[str, ...] = ("v4", "v5p", "v5litepod", "v6e", "v7x")
 _ALIASES = {"v5e": "v5litepod", "tpu7x": "v7x", "v5lite": "v5litepod"}
 
 
+# an unknown type is compared with the catalog only when it could be a spelling of a catalog name
+_MAX_TYPE_CHARS = 64
+_MAX_SIZE_DIGITS = 8  # the largest pod (v7x-4096) has 4 digits
+
+
 def tpu_types() -> list[str]:
     """Every pod type in the catalog, e.g. ``["v4-8", "v4-16", ...]``."""
     return list(TPU_CATALOG)
@@ -132,16 +137,24 @@ def get_tpu_spec(tpu_type: str) -> TpuSpec:
     if spec is None:
         gen, _, suffix = name.partition("-")
         same_gen = [t for t in TPU_CATALOG if t.startswith(gen + "-")]
-        if same_gen and suffix.isdigit():  # nearest sizes of the same generation
-            n = max(int(suffix), 1)
+        # ASCII digits only, and few of them: int() reads '²' (or 5,000 digits) no better than log2 of 10**400
+        if same_gen and suffix.isascii() and suffix.isdigit() and len(suffix) <= _MAX_SIZE_DIGITS:
+            n = max(int(suffix), 1)  # nearest sizes of the same generation
             near = sorted(same_gen, key=lambda t: abs(math.log2(int(t.rsplit("-", 1)[1]) / n)))[:2]
-        else:
+        elif len(name) <= _MAX_TYPE_CHARS:
             near = difflib.get_close_matches(name, TPU_CATALOG.keys(), n=4, cutoff=0.5)
+        else:
+            near = []  # no catalog name is this long: nothing is near it
         hint = f"; did you mean {', '.join(near)}?" if near else ""
         allowed = (
             f"valid {gen} types: {', '.join(same_gen[:12])}{' ...' if len(same_gen) > 12 else ''}"
             if same_gen
             else f"generations: {', '.join(TPU_GENERATIONS)} (e.g. v4-16, v5litepod-4)"
         )
-        raise ValueError(f"TpuConfig.type: unknown TPU type {tpu_type!r}{hint} ({allowed})")
+        shown = (
+            repr(tpu_type)
+            if len(tpu_type) <= _MAX_TYPE_CHARS
+            else f"{tpu_type[:40]!r}... ({len(tpu_type):,} characters)"
+        )
+        raise ValueError(f"TpuConfig.type: unknown TPU type {shown}{hint} ({allowed})")
     return spec

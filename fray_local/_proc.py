@@ -14,6 +14,13 @@ the *worker* it forks, which runs the entrypoint. On Linux:
   one that dies later by the signal. It re-checks the supervisor's identity every second as well.
 
 Elsewhere the guardian falls back to polling the supervisor's pid and killing the worker.
+
+The guardian cannot clean up when it is itself killed (SIGKILL: the OOM killer) or too slow to (stopped, a
+child in D state): its setsid'd or double-forked descendants then fall to init, outside its process group.
+So the supervisor marks every host run: ``FRAY_SUPERVISOR_RUN`` in its environment (every process the run
+starts inherits it, whatever session it is in), and when a run ends abnormally it SIGKILLs every process
+that carries the mark (:func:`sweep_run`). Runs nest: a host that is itself a supervisor adds its runs'
+tokens to its own, so an outer sweep reaches them too.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -47,6 +55,7 @@ __all__ = [
     "process_start_ticks",
     "spawn",
     "supervisor_env",
+    "sweep_run",
 ]
 
 LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
@@ -66,6 +75,13 @@ DRAIN_GRACE = 2.0
 DRAIN_MAX = 60.0
 # How long a guardian may take to tear its host down before it is killed with its process group.
 TEARDOWN_GRACE = 5.0
+# The mark of a host run in the environment of every process it starts: comma-separated tokens, the run's
+# own last (see the module docstring).
+RUN_ENV = "FRAY_SUPERVISOR_RUN"
+# A sweep repeats (a fork in flight when its parent was killed is found by the next scan) until a scan finds
+# nothing, at most this many times.
+_SWEEP_ROUNDS = 25
+_SWEEP_PAUSE = 0.02
 
 _TAIL_LINES = 20
 _TAIL_LINE_CHARS = 4096  # a line kept in the tail (error messages, records) is cut at this
@@ -94,6 +110,80 @@ def descendants(root: int) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
+
+
+def _carries(pid: int, mark: bytes) -> bool:
+    """Whether ``pid``'s environment has ``mark`` among the tokens of ``RUN_ENV`` (False when unreadable:
+    another user's process, or one that is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    prefix = RUN_ENV.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return mark in entry[len(prefix) :].split(b",")
+    return False
+
+
+def _kill_marked(pid: int, mark: bytes) -> bool:
+    """SIGKILL ``pid`` if it still carries ``mark``, never a process that reused the pid meanwhile: the
+    mark is checked again once a pidfd pins the process (or, without pidfds, with its start time)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        if pidfd is not None:
+            if not _carries(pid, mark):
+                return False
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return True
+        born = process_start_ticks(pid)
+        if born is None or not _carries(pid, mark) or process_start_ticks(pid) != born:
+            return False
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def sweep_run(token: str, since: int | None = None) -> int:
+    """SIGKILL every process that carries host run ``token`` (see the module docstring); how many were killed.
+
+    ``since``: the start time (clock ticks) of the run's guardian; a process started before it is not read.
+    Linux only (a no-op elsewhere); processes this user may not read are skipped.
+    """
+    if not LINUX or not token:
+        return 0
+    mark = token.encode()
+    me = os.getpid()
+    killed = 0
+    for _ in range(_SWEEP_ROUNDS):
+        found = 0
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return killed
+        for name in names:
+            if not name.isdigit() or int(name) == me:
+                continue
+            pid = int(name)
+            if since is not None:
+                born = process_start_ticks(pid)
+                if born is None or born < since:
+                    continue
+            if _carries(pid, mark) and _kill_marked(pid, mark):
+                found += 1
+        killed += found
+        if not found:
+            break
+        time.sleep(_SWEEP_PAUSE)
+    return killed
 
 
 def prctl(option: int, arg: int) -> bool:
@@ -197,12 +287,15 @@ class HostProcess:
         self.reported = False
         self._drained = threading.Event()
         self._on_done = on_done
+        self.run_token = uuid.uuid4().hex  # this run's mark (RUN_ENV), swept when it ends abnormally
+        self._born: int | None = None  # the guardian's start time (clock ticks)
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
         """Start the host; a deterministic start error is kept in ``start_error`` (the host is done),
         a transient one is raised."""
         env = dict(env)
         env.update(supervisor_env())
+        env[RUN_ENV] = ",".join(t for t in (env.get(RUN_ENV, ""), self.run_token) if t)
         try:
             self.proc = spawn(
                 argv,
@@ -221,6 +314,9 @@ class HostProcess:
             self.log.write(self.tag, f"[fray] {error}")
             self.not_started(error)
             return
+        if LINUX:
+            fields = stat_fields(self.proc.pid)  # our unreaped child: its entry (a zombie's too) is there
+            self._born = int(fields[19]) if fields is not None else None
         threading.Thread(target=self._pump, daemon=True, name=f"fray-pump-{self.tag}").start()
         threading.Thread(target=self._wait, daemon=True, name=f"fray-wait-{self.tag}").start()
 
@@ -262,6 +358,10 @@ class HostProcess:
     def _wait(self) -> None:
         assert self.proc is not None
         self.proc.wait()
+        if self.proc.returncode < 0:
+            # Killed by a signal: either the guardian re-raised its worker's after its own clean-up, or it
+            # was killed before it could clean up (SIGKILL, the OOM killer). A sweep costs milliseconds.
+            self.sweep()
         # The guardian killed every descendant, so the pipe reaches EOF at once; the grace bounds the
         # case where something outside the host's tree still holds it (no subreaper on this OS). A pump
         # that is merely behind (a loaded machine) is waited for: the job's last lines are kept.
@@ -314,6 +414,11 @@ class HostProcess:
             self.proc.wait(TEARDOWN_GRACE)
         except subprocess.TimeoutExpired:
             self._kill_group()
+            self.sweep()  # what left the guardian's group (setsid) while the guardian could not tear it down
+
+    def sweep(self) -> None:
+        """SIGKILL every process of this run that is still alive (:func:`sweep_run`)."""
+        sweep_run(self.run_token, self._born)
 
     def _kill_group(self) -> None:
         assert self.proc is not None

@@ -768,3 +768,22 @@ def test_status_and_list_show_pending_reason_and_goodput(tmp_path: Path) -> None
     assert re.search(
         r"^goodput +0% \(productive 0.0s, pending 2.0s, lost 8.0s\)$", fray("status", "done-1").stdout, re.M
     )
+
+
+def test_a_record_with_a_date_out_of_range_breaks_neither_its_status_nor_the_listing(tmp_path: Path) -> None:
+    """A record whose times are numbers a record may hold (below 1e15) but no date (year 28521834): ``fray
+    status`` and ``fray list --wide`` show the number, not ``error: year ... is out of range`` for the job or,
+    worse, for the whole listing."""
+    from fray_core.records import JobStore, owner_info
+    from fray_core.types import JobInfo
+
+    fray = Fray(tmp_path)
+    store = JobStore(str(fray.jobs_dir))
+    for job_id, at in (("far-1", 9e14), ("past-1", -1e14), ("fine-1", 1.7e9)):
+        info = JobInfo(job_id=job_id, name=job_id, status=JobStatus.FAILED, error="x", submitted_at=at)
+        store.write(info, owner=owner_info())
+    for args in (("status", "far-1"), ("status", "past-1"), ("list", "--wide")):
+        out = fray(*args)
+        assert out.returncode == 0 and "out of range" not in out.stdout + out.stderr, (args, out.stdout, out.stderr)
+    wide = fray("list", "--wide").stdout
+    assert all(j in wide for j in ("far-1", "past-1", "fine-1")) and "900000000000000 (not a date)" in wide, wide

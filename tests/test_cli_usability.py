@@ -807,3 +807,42 @@ def test_launch_working_dir_is_the_jobs_code(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"argument --working-dir: expected a directory, got '{bad}' ({why})" in err
     assert os.listdir(jobs.root) == [job_id]
+
+
+# ------------------------------------------------------------------------- a target that exits at import
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("import sys\nsys.exit('\\x1b[31mbye')\n", r"SystemExit\('\\x1b\[31mbye'\)\)"),
+        (
+            "import argparse\nargparse.ArgumentParser().parse_args()\n",
+            r"SystemExit\(2\)\); its last line on stderr: '.*error: unrecognized arguments",
+        ),
+    ],
+    ids=["sys.exit", "argparse"],
+)
+def test_a_target_that_exits_at_import_is_one_line_exit_2(
+    jobs: JobStore, capsys: pytest.CaptureFixture[str], tmp_path: Path, source: str, said: str
+) -> None:
+    """A module calling sys.exit() (or argparse reading fray's own argv) at import made ``fray launch`` exit 1
+    with raw ESC bytes, or print argparse's usage lines as if they were fray's."""
+    name = f"exits_{len(source)}"
+    (tmp_path / f"{name}.py").write_text(source + "def fn():\n    return 1\n")
+    argv = sys.argv
+    sys.argv = ["fray", "launch", f"{name}:fn"]  # what argparse in the module reads
+    try:
+        assert main(["launch", f"{name}:fn"]) == 2
+    finally:
+        sys.argv = argv
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "usage:" not in err, err
+    assert re.match(rf"fray launch: error: cannot import module '{name}': it exited at import \({said}", err), err
+
+
+def test_a_retry_budget_above_the_limit_is_one_line_exit_2(jobs: JobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["launch", "--max-retries-failure", "1" + "0" * 30, "jobs_mod:where"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fray launch: error: JobRequest.max_retries_failure: at most 1,000,000 retries allowed, got")
+    assert err.count("\n") == 1, err

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from fray_core import ElasticConfig, Entrypoint, Goodput, GpuConfig, JobRequest, JobStatus, ResourceConfig, TpuConfig
 from fray_core.context import LocalJobContext
 from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
-from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS
+from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS, MAX_RETRIES
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
 from fray_local import LocalCluster, TpuFleet
@@ -153,6 +153,7 @@ FIELDS = {
             "poll_interval",
             "cancel_grace",
             "host_start_timeout",
+            "progress_interval",
         )
     },
     "ElasticConfig.grow_after": lambda v: ElasticConfig(grow_after=v),
@@ -177,8 +178,6 @@ FIELDS = {
 NONE_ALLOWED = {"PreemptSlice.restore_after", "JobRequest.stall_timeout", "JobRequest.startup_timeout"}
 UNBOUNDED_ABOVE = {
     "ResourceConfig.cpu",
-    "JobRequest.max_retries_failure",
-    "JobRequest.max_retries_preemption",
     "FailHost.host_index",
     "DirtyHost.attempt",
 }
@@ -244,6 +243,47 @@ def test_every_field_refuses_each_kind_of_bad_number(value: object) -> None:
         assert field in str(e.value), (field, value, str(e.value))
 
 
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000], ids=["1e400", "-1e400", "1e5000"])
+def test_an_int_too_large_for_a_float_is_out_of_range_naming_the_field(value: int) -> None:
+    """``math.isfinite(10**400)`` raises ``OverflowError: int too large to convert to float``: every field
+    says "out of range" in its own words instead (and never prints thousands of digits)."""
+    for field, make in FIELDS.items():
+        try:
+            make(value)
+        except (ValueError, TypeError) as e:
+            assert field in str(e) and len(str(e)) < 300 and "\n" not in str(e), (field, str(e))
+        else:
+            # an int field without an upper bound takes it (GpuConfig.count: 1e300 is refused as a float)
+            assert field in {"FailHost.host_index", "DirtyHost.attempt", "GpuConfig.count"} and value > 0, field
+
+
+@pytest.mark.parametrize("field", ["max_retries_failure", "max_retries_preemption"])
+def test_retry_budgets_have_an_upper_bound(field: str) -> None:
+    """``10**30`` was accepted and written to the record as text."""
+    assert getattr(JobRequest(name="x", entrypoint=_entry(), **{field: MAX_RETRIES}), field) == MAX_RETRIES
+    for value in (MAX_RETRIES + 1, 10**30, 10**5000):
+        with pytest.raises(ValueError, match=rf"^JobRequest\.{field}: at most 1,000,000 retries allowed, got ") as e:
+            JobRequest(name="x", entrypoint=_entry(), **{field: value})
+        assert len(str(e.value)) < 200
+
+
+@pytest.mark.parametrize("step", [10**19, 10**30, -5, -1], ids=["1e19", "1e30", "-5", "-1"])
+def test_heartbeat_refuses_a_step_no_record_holds(step: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``heartbeat(10**30)`` made the job's record unreadable (``fray status`` exit 2, wait raising RecordError)."""
+    import fray_core
+    from fray_core import records
+
+    monkeypatch.setenv("FRAY_HEARTBEAT_FILE", str(tmp_path / "beats"))  # as in a job: the check is not skipped
+    with pytest.raises(
+        ValueError, match=r"^heartbeat\(step\): expected an int >= 0 \(at most 9,999,999,999,999,999,999\)"
+    ):
+        fray_core.heartbeat(step)
+    with pytest.raises(TypeError, match=r"^heartbeat\(step\): expected an int or None, got True"):
+        fray_core.heartbeat(True)  # type: ignore[arg-type]
+    assert fray_core.hostapi.MAX_STEP == 10**records.MAX_INT_DIGITS - 1
+    assert records.loads_record(f'{{"last_step": {fray_core.hostapi.MAX_STEP}}}'.encode(), "x")
+
+
 @pytest.mark.parametrize("sizes", ["ram", "disk"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, True, "lots"])
 def test_sizes_reject_bad_values(sizes: str, value: object) -> None:
@@ -287,6 +327,23 @@ def _close_shared_cluster() -> Iterator[None]:
     yield
     for c in _CLUSTERS.values():
         c.close()
+
+
+@pytest.mark.parametrize("value", [10**400, 10**5000], ids=["1e400", "1e5000"])
+def test_every_timeout_of_every_cluster_refuses_an_int_too_large_for_a_float(
+    tmp_path_factory: pytest.TempPathFactory, value: int
+) -> None:
+    """Was ``OverflowError: int too large to convert to float`` from ``math.isfinite``."""
+    cluster = _shared_cluster(tmp_path_factory)
+    for what, call in {
+        "wait: timeout": lambda: cluster.wait("no-such-job", timeout=value),
+        "monitor: timeout": lambda: cluster.monitor("no-such-job", timeout=value),
+        "hold: timeout": lambda: cluster.hold(ResourceConfig(), timeout=value),
+        "get: timeout": lambda: LocalJobContext.shared().get(1, timeout=value),
+    }.items():
+        with pytest.raises(ValueError, match=rf"^{what}: expected a finite number of seconds .*, got an int of") as e:
+            call()
+        assert len(str(e.value)) < 200
 
 
 def test_good_timeouts_still_work(cluster: LocalCluster) -> None:

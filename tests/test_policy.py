@@ -525,3 +525,44 @@ def test_a_broken_host_on_the_simulated_fleet_is_quarantined_and_the_job_finishe
     finally:
         cluster.close()
         fleet.close()
+
+
+# ------------------------------------------------------------------------------------------------ backoff
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+from fray_core.limits import MAX_SECONDS  # noqa: E402
+
+_SECONDS = st.floats(min_value=0.0, max_value=MAX_SECONDS, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    initial=_SECONDS,
+    most=_SECONDS,
+    multiplier=st.floats(min_value=1.0, max_value=MAX_SECONDS, allow_nan=False, allow_infinity=False),
+    n=st.integers(min_value=-3, max_value=10**6),
+)
+def test_backoff_is_finite_non_negative_and_at_most_the_max_for_any_count(
+    initial: float, most: float, multiplier: float, n: int
+) -> None:
+    """The count of bad attempts in a row never resets while a job keeps failing: ``2.0 ** 1024`` (about 1,025
+    failures, or 36 with a multiplier of 1e9) raised OverflowError inside the runner."""
+    policy = RetryPolicy(backoff_initial=initial, backoff_max=most, backoff_multiplier=multiplier)
+    delay = policy.backoff(n)
+    assert math.isfinite(delay) and 0.0 <= delay <= most
+
+
+def test_backoff_grows_as_before_and_stays_at_the_max_after_thousands_of_failures() -> None:
+    policy = RetryPolicy(backoff_initial=1.0, backoff_max=60.0, backoff_multiplier=2.0)
+    assert [policy.backoff(n) for n in range(8)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+    assert policy.backoff(1025) == policy.backoff(10**6) == 60.0
+    assert RetryPolicy(backoff_multiplier=1e9, backoff_max=MAX_SECONDS).backoff(37) == MAX_SECONDS
+
+
+@pytest.mark.parametrize("bad", ["x", float("nan"), 0, -1, 0.001, 1e300, True])
+def test_progress_interval_is_checked_like_the_other_fields(bad: object) -> None:
+    with pytest.raises((ValueError, TypeError), match=r"^RetryPolicy\.progress_interval: expected a finite number"):
+        RetryPolicy(progress_interval=bad)  # type: ignore[arg-type]

@@ -126,6 +126,38 @@ def test_topology_must_match_the_chip_count() -> None:
         TpuConfig(type="v4-16", topology="2x2x4")
 
 
+@pytest.mark.parametrize(
+    "bad",
+    ["v4-\u00b2", "v4-\u0661\u0666", "v4-" + "1" * 400, "v4-" + "1" * 5000, "x" * 5000],
+    ids=["superscript", "arabic-indic", "400-digits", "5000-digits", "5000-chars"],
+)
+def test_a_tpu_type_that_is_not_ascii_digits_or_is_huge_gets_the_unknown_type_message(bad: str) -> None:
+    """``int('²')``, ``log2`` of 10**400 and ``int()`` of 5,000 digits each raised their own message."""
+    with pytest.raises(ValueError, match=r"^TpuConfig\.type: unknown TPU type .*\((valid v4 types|generations)") as e:
+        TpuConfig(type=bad)
+    assert len(str(e.value)) < 400 and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "bad", ["9" * 5000 + "x1", "2x2x\u0662", "1x" + "0" * 400 + "8"], ids=["5000-digits", "arabic-indic", "zeros"]
+)
+def test_a_topology_of_huge_or_non_ascii_sides_names_the_field(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"^TpuConfig\.topology: expected 2 or 3 sides of at most 6 digits") as e:
+        TpuConfig(type="v4-16", topology=bad)
+    assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("field", ["ram", "disk"])
+@pytest.mark.parametrize(
+    "bad", ["9" * 5000, "9" * 5000 + "g", "0" * 5000 + "1" * 5000, 10**5000], ids=["digits", "unit", "zeros", "int"]
+)
+def test_a_size_of_thousands_of_digits_names_the_field(field: str, bad: object) -> None:
+    """``int()`` of more than 4,300 digits raised Python's own limit message, not the field's."""
+    with pytest.raises(ValueError, match=rf"^ResourceConfig\.{field}: ") as e:
+        ResourceConfig(**{field: bad})
+    assert len(str(e.value)) < 300
+
+
 # -------------------------------------------------------------------------------------------- resources
 
 
@@ -202,6 +234,17 @@ def test_entrypoint_constructors_agree() -> None:
     assert Entrypoint.from_callable(work, args=(5,)).positional == (5,)
 
 
+@pytest.mark.parametrize("args", ["hi", b"hi", 1, object()], ids=["str", "bytes", "int", "object"])
+def test_entrypoint_helpers_refuse_a_string_or_a_non_iterable_for_args(args: object) -> None:
+    """``from_binary("echo", "hi")`` ran ``echo h i``: the helpers called tuple() before the constructor's guard."""
+    with pytest.raises(TypeError, match=r"^Entrypoint\.args: expected a list of arguments, got"):
+        Entrypoint.from_binary("echo", args)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^Entrypoint\.args: expected a list of arguments, got"):
+        Entrypoint.from_callable(print, args=args)  # type: ignore[arg-type]
+    assert Entrypoint.from_binary("echo", ["hi"]).command == ["echo", "hi"]
+    assert Entrypoint.from_callable(print, args=iter([1, 2])).positional == (1, 2)
+
+
 # ---------------------------------------------------------------------------------------------- request
 
 
@@ -213,6 +256,8 @@ def test_job_request_defaults_and_validation() -> None:
         JobRequest(name="", entrypoint=Entrypoint(callable=work))
     with pytest.raises(ValueError, match=r"JobRequest.max_retries_failure: expected an int >= 0, got -1"):
         JobRequest(name="x", entrypoint=Entrypoint(callable=work), max_retries_failure=-1)
+    with pytest.raises(ValueError, match=r"^JobRequest.name: a name with a NUL byte is not allowed, got 'a\\x00b'"):
+        JobRequest(name="a\0b", entrypoint=Entrypoint(callable=work))
     with pytest.raises(TypeError, match=r"JobRequest.entrypoint: expected an Entrypoint"):
         JobRequest(name="x", entrypoint=work)  # type: ignore[arg-type]
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -65,11 +67,26 @@ def _import_callable(target: str, code_dir: str | None = None) -> Callable[..., 
     for path in (os.getcwd(), code_dir):
         if path and path not in sys.path:
             sys.path.insert(0, path)
+    # What the module writes to stderr while it is imported is held back: a module that exits at import
+    # (sys.exit, argparse's parse_args() reading fray's own argv) must not print its usage lines as if they
+    # were fray's. Written out as it came when the import ends any other way.
+    held = io.StringIO()
     try:
-        obj: Any = importlib.import_module(mod_name)
+        with contextlib.redirect_stderr(held):
+            obj: Any = importlib.import_module(mod_name)
+    except SystemExit as e:  # not KeyboardInterrupt: ^C stays ^C
+        said = [line for line in held.getvalue().splitlines() if line.strip()]
+        last = f"; its last line on stderr: {said[-1][:200]!r}" if said else ""
+        code = repr(e.code) if len(repr(e.code)) <= 200 else f"{repr(e.code)[:200]}..."
+        raise UsageError(
+            f"cannot import module {mod_name!r}: it exited at import (SystemExit({code})){last} "
+            "(move code that parses sys.argv or calls sys.exit() under if __name__ == '__main__':)"
+        ) from None
     except Exception as e:
+        sys.stderr.write(held.getvalue())
         where = "the current directory" + (f" and {code_dir}" if code_dir else "")
         raise UsageError(f"cannot import module {mod_name!r} ({where} on sys.path): {type(e).__name__}: {e}") from None
+    sys.stderr.write(held.getvalue())
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"module {mod_name!r} has no attribute {attr!r}")

@@ -167,7 +167,10 @@ def describe_error(info: JobInfo) -> str:
 def timestamp(t: float | None) -> str:
     if not t:
         return "-"
-    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # a planted record's year 28521834: that field, not the listing
+        return f"{t:.0f} (not a date)"
 
 
 def attempt_rows(info: JobInfo) -> list[list[str]]:
