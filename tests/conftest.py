@@ -129,3 +129,16 @@ def ray_tpu_cluster(_isolated_jobs_dir: None, tmp_path_factory: pytest.TempPathF
     leftovers = fake.cleanup()
     if leftovers:
         pytest.fail("the test left work on the emulated Ray cluster:\n" + "\n".join(leftovers), pytrace=False)
+
+
+@pytest.fixture
+def tmp_local_cluster(tmp_path: Any) -> Any:
+    """A ``LocalCluster`` of its own (jobs under ``tmp_path``, the tests' fast retry policy), closed after."""
+    from fray_local import LocalCluster
+    from fray_local.testing import TEST_POLICY
+
+    c = LocalCluster(jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
+    try:
+        yield c
+    finally:
+        c.close()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -291,16 +291,20 @@ def test_sizes_reject_bad_values(sizes: str, value: object) -> None:
         ResourceConfig(**{sizes: value})
 
 
-@settings(max_examples=60, deadline=None)
-@given(value=BAD_NUMBERS.filter(lambda v: v is not None))
-def test_every_timeout_of_every_cluster_is_checked(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
-    cluster = _shared_cluster(tmp_path_factory)
-    for what, call in {
+def _timeout_calls(cluster: LocalCluster, value: object) -> dict[str, Callable[[], object]]:
+    """Every call of a cluster that takes a timeout, given ``value`` for it, by the field its error names."""
+    return {
         "wait: timeout": lambda: cluster.wait("no-such-job", timeout=value),
         "monitor: timeout": lambda: cluster.monitor("no-such-job", timeout=value),
         "hold: timeout": lambda: cluster.hold(ResourceConfig(), timeout=value),
         "get: timeout": lambda: LocalJobContext.shared().get(1, timeout=value),
-    }.items():
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=BAD_NUMBERS.filter(lambda v: v is not None))
+def test_every_timeout_of_every_cluster_is_checked(tmp_path_factory: pytest.TempPathFactory, value: object) -> None:
+    for what, call in _timeout_calls(_shared_cluster(tmp_path_factory), value).items():
         with pytest.raises((ValueError, TypeError)) as e:
             call()
         assert what in str(e.value), str(e.value)
@@ -334,13 +338,7 @@ def test_every_timeout_of_every_cluster_refuses_an_int_too_large_for_a_float(
     tmp_path_factory: pytest.TempPathFactory, value: int
 ) -> None:
     """Was ``OverflowError: int too large to convert to float`` from ``math.isfinite``."""
-    cluster = _shared_cluster(tmp_path_factory)
-    for what, call in {
-        "wait: timeout": lambda: cluster.wait("no-such-job", timeout=value),
-        "monitor: timeout": lambda: cluster.monitor("no-such-job", timeout=value),
-        "hold: timeout": lambda: cluster.hold(ResourceConfig(), timeout=value),
-        "get: timeout": lambda: LocalJobContext.shared().get(1, timeout=value),
-    }.items():
+    for what, call in _timeout_calls(_shared_cluster(tmp_path_factory), value).items():
         with pytest.raises(ValueError, match=rf"^{what}: expected a finite number of seconds .*, got an int of") as e:
             call()
         assert len(str(e.value)) < 200

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ import pytest
 from fray_core import Entrypoint, JobRequest, JobStatus
 from fray_core._procfs import start_ticks, stat_fields
 from fray_local import LocalCluster, _proc
-from fray_local.testing import TEST_POLICY
 
 import helpers
 
@@ -71,12 +69,8 @@ def _kill(pid: int, born: int | None, *sigs: int) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(tmp_local_cluster: LocalCluster) -> LocalCluster:
+    return tmp_local_cluster
 
 
 def _launch(cluster: LocalCluster, pid_dir: Path, stop_guardian: bool) -> tuple[str, dict[str, tuple[int, int | None]]]:

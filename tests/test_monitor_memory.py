@@ -8,8 +8,6 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +15,6 @@ from fray_core import Entrypoint, JobRequest, JobStatus
 from fray_core.cluster import MonitorView
 from fray_core.errors import JobNotFoundError
 from fray_local import LocalCluster
-from fray_local.testing import TEST_POLICY
 
 BIG = 64 << 20  # characters the job prints, with no newline
 
@@ -47,12 +44,8 @@ def _pump_threads(job_id: str) -> list[threading.Thread]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(jobs_dir=str(tmp_path / "jobs"), retry_policy=TEST_POLICY)
-    try:
-        yield c
-    finally:
-        c.close()
+def cluster(tmp_local_cluster: LocalCluster) -> LocalCluster:
+    return tmp_local_cluster
 
 
 @pytest.fixture
