@@ -33,12 +33,12 @@ import time
 from collections.abc import Callable
 
 from fray_core.limits import check_number
-from fray_core.records import MAX_INT_DIGITS
 
 __all__ = ["heartbeat", "preemption_notice", "set_channel"]
 
-#: the largest training step :func:`heartbeat` takes: the largest int a job's record holds
-MAX_STEP = 10**MAX_INT_DIGITS - 1
+#: the largest training step :func:`heartbeat` takes: the largest int a job's record holds (``10 **
+#: records.MAX_INT_DIGITS - 1``, not imported: a host imports none of the supervisor's machinery)
+MAX_STEP = 10**19 - 1
 #: heartbeats closer together than this are coalesced: the first is written at once, the latest of the others
 #: when this much has passed since (so the last step before a hang is the one reported, a second late at most)
 MIN_INTERVAL = 1.0

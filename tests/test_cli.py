@@ -500,7 +500,9 @@ def test_bad_filters_exit_2(fray: Fray, args: list[str], message: str) -> None:
 def test_status_shows_timeline(two_jobs: tuple[Fray, str, str]) -> None:
     fray, alpha, _ = two_jobs
     st = fray("status", alpha)
-    assert re.search(r"^local \| *0=+\|$", st.stdout, re.M), st.stdout  # one row per slice ("local" for CPU)
+    # one row per slice ("local" for CPU); a few dots of waiting for slices where the machine is busy (the
+    # attempt's first record write under load: ~0.03 s of a 0.3 s job, CI 2026-12-07)
+    assert re.search(r"^local \| *0\.{0,12}=+\|$", st.stdout, re.M), st.stdout
     assert re.search(r"^\s+0s\s.*s$", st.stdout, re.M)  # the time axis
     assert "N attempt N starts  = succeeded" in st.stdout
     assert "result" not in st.stdout
