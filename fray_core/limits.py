@@ -33,6 +33,7 @@ __all__ = [
     "check_seconds",
     "is_finite",
     "show_number",
+    "show_text",
 ]
 
 #: slices of one TPU job (``ResourceConfig.replicas``), or processes of one CPU/GPU job
@@ -79,6 +80,16 @@ def show_number(value: Any) -> str:
     except ValueError:  # above sys.get_int_max_str_digits(): str() refuses, log10 does not
         return f"an int of about {int(math.log10(abs(value))) + 1:,} digits"
     return f"an int of {digits:,} digits"
+
+
+def show_text(value: str, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, cut when longer than ``limit``: a message names the value, it does
+    not repeat 5,000 characters.
+
+    >>> show_text("v4-16"), show_text("x" * 100)
+    ("'v4-16'", "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100 characters)")
+    """
+    return repr(value) if len(value) <= limit else f"{value[:40]!r}... ({len(value):,} characters)"
 
 
 def _bound(limit: float) -> str:

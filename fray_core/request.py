@@ -30,6 +30,7 @@ from fray_core.limits import (
     check_name,
     is_finite,
     show_number,
+    show_text,
 )
 from fray_core.tpu import TpuSpec, get_tpu_spec, normalize_tpu_type
 
@@ -64,11 +65,6 @@ MAX_SIZE = 1024 * _UNITS["p"]
 _MAX_SIZE_DIGITS = 30
 
 
-def _show_text(value: str) -> str:
-    """``repr(value)``, cut when long: a message names the value, it does not repeat 5,000 characters."""
-    return repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value):,} characters)"
-
-
 def parse_size(value: str | int | float, field: str = "size") -> int:
     """Parse a memory/disk size into bytes.
 
@@ -98,13 +94,13 @@ def parse_size(value: str | int | float, field: str = "size") -> int:
         scale = _UNITS[m.group(2).lower()]
         digits = m.group(1)
         if len(digits.split(".")[0].lstrip("0")) > _MAX_SIZE_DIGITS:  # int() of 5,000 digits raises; no size has 30
-            raise ValueError(f"{field}: {_show_text(value)} is more than the largest size allowed, 1024p (1 EiB)")
+            raise ValueError(f"{field}: {show_text(value)} is more than the largest size allowed, 1024p (1 EiB)")
         # exact for integers of any length; a float for fractions (never inf: the regex allows no exponent)
         nbytes = int(digits) * scale if digits.isdigit() else float(digits) * scale
     else:
         raise TypeError(f"{field}: expected a size like '16g' or a number of GiB, got {value!r}")
     if nbytes > MAX_SIZE:
-        shown = _show_text(value) if isinstance(value, str) else show_number(value)
+        shown = show_text(value) if isinstance(value, str) else show_number(value)
         raise ValueError(f"{field}: {shown} is more than the largest size allowed, 1024p (1 EiB)")
     return int(nbytes)
 
@@ -188,7 +184,7 @@ class TpuConfig:
         spec = get_tpu_spec(self.type)
         # ASCII digits, and few: int() of 5,000 digits raises, and no side of a pod has more than 2
         if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,6}(x[0-9]{1,6}){1,2}", value):
-            shown = _show_text(value) if isinstance(value, str) else repr(value)
+            shown = show_text(value) if isinstance(value, str) else repr(value)
             raise ValueError(
                 f"TpuConfig.topology: expected 2 or 3 sides of at most 6 digits each, e.g. '2x2x2', got {shown}"
             )
@@ -646,8 +642,7 @@ def _check_seconds(field: str, *, positive: bool) -> Callable[[Any, attrs.Attrib
             or (value <= 0 if positive else value < 0)
             or value > MAX_SECONDS
         ):
-            shown = show_number(value) if isinstance(value, int) else repr(value)
-            raise ValueError(f"{field}: expected seconds {allowed}, got {shown}")
+            raise ValueError(f"{field}: expected seconds {allowed}, got {show_number(value)}")
 
     return check
 

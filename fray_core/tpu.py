@@ -16,6 +16,8 @@ import math
 
 import attrs
 
+from fray_core.limits import show_text
+
 __all__ = ["TpuSpec", "TPU_CATALOG", "TPU_GENERATIONS", "get_tpu_spec", "tpu_types"]
 
 
@@ -151,10 +153,5 @@ def get_tpu_spec(tpu_type: str) -> TpuSpec:
             if same_gen
             else f"generations: {', '.join(TPU_GENERATIONS)} (e.g. v4-16, v5litepod-4)"
         )
-        shown = (
-            repr(tpu_type)
-            if len(tpu_type) <= _MAX_TYPE_CHARS
-            else f"{tpu_type[:40]!r}... ({len(tpu_type):,} characters)"
-        )
-        raise ValueError(f"TpuConfig.type: unknown TPU type {shown}{hint} ({allowed})")
+        raise ValueError(f"TpuConfig.type: unknown TPU type {show_text(tpu_type, _MAX_TYPE_CHARS)}{hint} ({allowed})")
     return spec
