@@ -95,6 +95,53 @@ def _fresh_ports() -> dict[str, int]:
     return {key: _fresh_port() for key in _PORTS_PER_NODE}
 
 
+@contextlib.contextmanager
+def _spawning_without_python_in_child() -> Iterator[None]:
+    """While inside, the processes Ray starts for a node (raylet, log monitor) run no Python between fork and
+    exec.
+
+    Ray starts each with ``preexec_fn`` (block SIGINT; with fate-sharing, ``PR_SET_PDEATHSIG``), and a
+    ``preexec_fn`` makes CPython run every ``os.register_at_fork`` hook in the child too. This process is
+    full of threads (Ray's gRPC, a test's pools), so a hook that allocates (filelock 4's resets its class
+    registry) can find a lock another thread held at the fork and crash the child: CI of a07d3eb printed
+    ``Fatal Python error: Segmentation fault`` from such a child, a raylet that never started (its slice
+    then waited out ``_wait_for_node``). The same two effects without Python in the child: SIGINT blocked
+    in the spawning thread (the child inherits its mask through exec) and ``setpriv --pdeathsig KILL``
+    in front of the command. A ``preexec_fn`` this does not recognise is kept as Ray wrote it."""
+    import signal
+
+    from ray._private import services
+
+    original = services.ConsolePopen
+    setpriv = shutil.which("setpriv")
+
+    def popen(args: Any, *rest: Any, preexec_fn: Any = None, **kwargs: Any) -> Any:
+        if preexec_fn is None or rest:
+            return original(args, *rest, preexec_fn=preexec_fn, **kwargs)
+        code = getattr(preexec_fn, "__code__", None)
+        cells = dict(zip(code.co_freevars, preexec_fn.__closure__ or ())) if code is not None else {}
+        if code is None or code.co_name != "preexec_fn" or set(cells) != {"fate_share"}:
+            return original(args, preexec_fn=preexec_fn, **kwargs)  # not the one known: Ray's own way
+        command = list(args)
+        if cells["fate_share"].cell_contents:
+            if setpriv is None:
+                return original(args, preexec_fn=preexec_fn, **kwargs)
+            # the parent whose death kills it is the spawning thread, as with Ray's prctl in the child: Ray
+            # fate-shares only from the main thread (spawn_reaper), so this stays as Ray meant it
+            command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return original(command, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    services.ConsolePopen = popen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original
+
+
 def tpu_node_args(
     tpu_type: str, slice_name: str, worker_id: int, num_cpus: int = 1, lockfile: str | None = None, labels: bool = True
 ) -> dict[str, Any]:
@@ -340,9 +387,11 @@ class FakeTpuCluster:
                 # Ray registers signal handlers for a node's shutdown hooks, which only the main thread may do;
                 # a slice restored from a timer thread goes without them (shutdown() still removes it).
                 self.ray_cluster._shutdown_at_exit = main
-                isolating = self._isolation.starting() if self._isolation is not None else contextlib.nullcontext()
+                isolating = contextlib.ExitStack()
+                isolating.enter_context(_spawning_without_python_in_child())
+                if self._isolation is not None:
+                    isolating.enter_context(self._isolation.starting())
                 try:
-                    isolating.__enter__()
                     for w in range(spec.hosts):
                         args = {
                             **tpu_node_args(spec.name, name, w, lockfile=self.lockfile(name, w), labels=labels),
@@ -353,7 +402,7 @@ class FakeTpuCluster:
                         args["runtime_env_dir_name"] = f"runtime_resources_{name}_h{w}_{next(_env_dirs)}"
                         nodes.append(self.ray_cluster.add_node(wait=False, **args))
                 finally:
-                    isolating.__exit__(None, None, None)
+                    isolating.close()
                     self.ray_cluster._shutdown_at_exit = True
             if wait:
                 for node in nodes:
@@ -693,7 +742,7 @@ def fake_tpu_cluster(
         isolation = _Isolation.make(shared)
     # isolated: the head too is a machine of its own (its raylet, so the supervisors and the scheduler, see
     # neither the client's files nor its /tmp); the client reaches it through the address, as from elsewhere
-    with isolation.starting() if isolation is not None else contextlib.nullcontext():
+    with _spawning_without_python_in_child(), isolation.starting() if isolation else contextlib.nullcontext():
         rc = RayTestCluster(initialize_head=True, head_node_args=head_args)
     fake = FakeTpuCluster(
         ray_cluster=rc,

@@ -318,6 +318,42 @@ def test_a_slice_without_tpu_labels_is_found_from_its_resources_and_runs_the_job
         fake.wait_settled()
 
 
+_FORK_PROBE: dict[str, Any] = {"fd": None}
+
+
+def _note_fork_child() -> None:
+    fd = _FORK_PROBE["fd"]
+    if fd is not None:
+        os.write(fd, b"x")
+
+
+def test_a_new_slice_starts_its_processes_without_python_in_the_forked_child(ray_tpu_cluster: Any) -> None:
+    """This process has many threads, so Python run between fork and exec (at-fork hooks, a ``preexec_fn``)
+    can crash the child before its raylet starts (a07d3eb's CI: filelock's after-fork hook segfaulted one);
+    fray's emulation spawns without any, and the slice still comes up."""
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.register_at_fork(after_in_child=_note_fork_child)  # for good: the probe is off outside this test
+    _FORK_PROBE["fd"] = write
+    try:
+        name = fake.add_slice("v4-8", tries=3)
+    finally:
+        _FORK_PROBE["fd"] = None
+    try:
+        try:
+            ran = os.read(read, 4096)
+        except BlockingIOError:
+            ran = b""
+        assert ran == b"", f"{len(ran)} forked children ran Python at-fork hooks"
+    finally:
+        os.close(read)
+        os.close(write)
+        fake.preempt(name, restore_after=None)
+        fake.wait_settled()
+
+
 def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice() -> None:
     """Free slices and a scheduler that has not answered yet: the job waits, held (no budget spent), with the
     reason in its pending_reason; it never falls back to capacity-only admission (first come, first served
