@@ -18,6 +18,7 @@ Example (with any provider)::
 
 from __future__ import annotations
 
+import errno
 import math
 import threading
 import time
@@ -71,6 +72,12 @@ __all__ = [
 ]
 
 MEGASCALE_DEFAULT_PORT = 8081
+
+# A host start that failed on its machine's lasting state: a full disk, a quota, a read-only file system. No
+# slice went away (not a preemption), and the same machine meets the same state a backoff later, so it is not
+# retried on the preemption budget (~100 attempts: a full $TMPDIR kept a local job PENDING for ~8 minutes): the
+# attempt is FAILED, and the failure budget bounds the retries.
+_MACHINE_STATE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 # RetryPolicy's fields: (name, minimum, minimum excluded)
@@ -458,11 +465,19 @@ class GangRunner:
                     if self.stopped:
                         break
                     runs.extend(self.provider.start(lease, hosts, self.request.entrypoint))
-            except Exception as e:  # a host that cannot even start: infrastructure, retryable
+            except Exception as e:  # a host that cannot even start: infrastructure
                 # start() is all or nothing, so the failed slice left nothing running; the slices started
                 # before it did: stop and collect their hosts before the slices are released and the next
                 # attempt starts (else they would keep running into it)
                 self._cancel_and_drain(runs, set(runs))
+                machine = _machine_state(e)
+                if machine is not None:  # the host's machine, as it is: fails again at once (see _MACHINE_STATE_ERRNOS)
+                    return (
+                        AttemptOutcome.FAILED,
+                        f"host start failed: {machine} (the host's machine, not a preemption)\n{format_exception(e)}",
+                        None,
+                    )
+                # a fork that failed with EAGAIN, a backend's transient error: retryable, on the preemption budget
                 return AttemptOutcome.PREEMPTED, f"host start failed: {format_exception(e)}", None
             if self.stopped:  # terminated before every host started (maybe none): not a success
                 self._cancel_and_drain(runs, set(runs))
@@ -805,6 +820,26 @@ class GangRunner:
                 if lost is None and o.kind is HostOutcomeKind.PREEMPTED:
                     lost = o
         return lost
+
+
+def _machine_state(exc: BaseException) -> str | None:
+    """``"no space left on device: /path"`` when ``exc`` (or an exception it was raised from) is an ``OSError`` of
+    the machine's lasting state (``_MACHINE_STATE_ERRNOS``), else ``None``.
+
+    >>> _machine_state(OSError(errno.ENOSPC, "No space left on device", "/tmp/fray/entry-a0.pkl"))
+    'no space left on device: /tmp/fray/entry-a0.pkl'
+    >>> _machine_state(BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")) is None
+    True
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # a provider may wrap the OSError in its own error
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _MACHINE_STATE_ERRNOS:
+            what = (e.strerror or errno.errorcode.get(e.errno, str(e.errno))).lower()
+            return f"{what}: {e.filename}" if e.filename is not None else what
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _in_host_order(runs: list[HostRun]) -> list[HostRun]:

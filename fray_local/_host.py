@@ -5,10 +5,12 @@ The worker runs the job's entrypoint and writes ``("ok", value)`` / ``("error", 
 ``("exit", code)`` to RESULT with cloudpickle; its stdout/stderr are the host's log. The guardian waits
 for the worker, then kills every process the worker left behind and exits as the worker did. It also
 tears the host down when it is told to (SIGTERM: gracefully; ``HARD_STOP``: at once) and when the
-supervisor that started it dies. Simulated-TPU hooks come through env vars: ``FRAY_SIM_LOCKFILE`` (the
-host's ``libtpu_lockfile``: present at start means the device is busy), ``FRAY_SIM_FAIL`` (fail this
-host with that message), ``FRAY_SIM_CRASH`` (die hard, leaving the lockfile behind, as a crashed TPU
-process does) and ``FRAY_SIM_DEVICE_ERROR`` (a broken device).
+supervisor that started it dies, and tells that supervisor it is alive: a byte on the beat pipe at least
+every ``BEAT_INTERVAL`` (a guardian that falls silent is killed with its host, see :mod:`fray_local._proc`).
+Simulated-TPU hooks come through env vars: ``FRAY_SIM_LOCKFILE`` (the host's ``libtpu_lockfile``: present
+at start means the device is busy), ``FRAY_SIM_FAIL`` (fail this host with that message),
+``FRAY_SIM_CRASH`` (die hard, leaving the lockfile behind, as a crashed TPU process does) and
+``FRAY_SIM_DEVICE_ERROR`` (a broken device).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -79,11 +82,56 @@ def _signal_all(worker: int, sig: int) -> None:
             pass
 
 
-def _kill_tree(worker: int) -> int | None:
+class _Beat:
+    """The guardian's liveness for its supervisor (see :mod:`fray_local._proc`): a byte on the beat pipe, at
+    most every half ``BEAT_INTERVAL``; called from every turn of the guardian's loops, which wake at least every
+    ``BEAT_INTERVAL``."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self._last = float("-inf")
+        if fd is not None:
+            os.set_blocking(fd, False)  # a supervisor behind on reading must never block the guardian
+
+    def __call__(self) -> None:
+        if self.fd is None:
+            return
+        now = time.monotonic()
+        if now - self._last < _proc.BEAT_INTERVAL / 2:
+            return
+        self._last = now
+        try:
+            os.write(self.fd, b".")
+        except BlockingIOError:
+            pass  # the pipe is full of beats the supervisor has not read yet: it knows we are alive
+        except OSError:
+            self.fd = None  # the supervisor is gone (EPIPE): its death is noticed by the parent checks
+
+    def close_in_worker(self) -> None:
+        """In the forked worker: drop the write end, so the guardian's end is EOF for the supervisor."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _beat_fd() -> int | None:
+    """The beat pipe's fd the supervisor passed (``BEAT_ENV``), taken out of the environment (the worker and
+    what it starts must not see it), or ``None``."""
+    value = os.environ.pop(_proc.BEAT_ENV, "")
+    try:
+        fd = int(value)
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (ValueError, OSError):
+        return None
+    return fd if is_pipe else None  # a variable set by hand must not make us write into some other file
+
+
+def _kill_tree(worker: int, beat: _Beat) -> int | None:
     """SIGKILL every descendant until none is left (as a subreaper, orphans come back to us)."""
     status = None
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
+        beat()  # a tree in uninterruptible sleep may take a while: we are still answering
         _signal_all(worker, signal.SIGKILL)
         st, left = _reap(worker)
         status = st if st is not None else status
@@ -108,12 +156,14 @@ def _soft_stop_grace() -> float:
     return max(SOFT_STOP_GRACE, elastic + 1.0, notice + 1.0)
 
 
-def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
+def _guard(worker: int, sup_pid: int, sup_start: str, beat: _Beat) -> int:
     watched = {signal.SIGCHLD, _proc.HARD_STOP, _proc.STACKS, *_STOP_SIGNALS}
     status = None
     soft_deadline = None
+    every = _proc.BEAT_INTERVAL  # how often at least we check on the supervisor and tell it we are alive
     while status is None:
-        timeout = 1.0 if soft_deadline is None else max(0.0, min(1.0, soft_deadline - time.monotonic()))
+        beat()
+        timeout = every if soft_deadline is None else max(0.0, min(every, soft_deadline - time.monotonic()))
         info = signal.sigtimedwait(watched, timeout)
         if info is None:
             if soft_deadline is not None and time.monotonic() >= soft_deadline:
@@ -134,7 +184,7 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
         elif soft_deadline is None:  # stop gracefully: SIGTERM to the worker and everything it started
             _signal_all(worker, signal.SIGTERM)
             soft_deadline = time.monotonic() + _soft_stop_grace()
-    st = _kill_tree(worker)
+    st = _kill_tree(worker, beat)
     status = status if status is not None else st
     if status is None:
         return 128 + signal.SIGKILL  # killed before it could be reaped: as good as SIGKILL
@@ -153,8 +203,12 @@ def _guard(worker: int, sup_pid: int, sup_start: str) -> int:
 def main(argv: list[str]) -> int:
     sup_pid = int(os.environ.pop("FRAY_SUPERVISOR_PID", "0") or 0)
     sup_start = os.environ.pop("FRAY_SUPERVISOR_START", "")
+    beat = _Beat(_beat_fd())
+    beat()  # the guardian is up
     if not hasattr(signal, "sigtimedwait"):
         import threading
+
+        beat.close_in_worker()  # no guardian here: nothing would beat
 
         if sup_pid:
             threading.Thread(target=_watch_supervisor, args=(sup_pid, sup_start), daemon=True).start()
@@ -174,9 +228,10 @@ def main(argv: list[str]) -> int:
         _proc.prctl(_proc.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != guardian:
             os._exit(128 + signal.SIGKILL)
+        beat.close_in_worker()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         return _work(argv)
-    return _guard(worker, sup_pid, sup_start)
+    return _guard(worker, sup_pid, sup_start, beat)
 
 
 def _watch_supervisor(sup_pid: int, sup_start: str) -> None:
@@ -192,6 +247,10 @@ def _watch_supervisor(sup_pid: int, sup_start: str) -> None:
 # ------------------------------------------------------------------------------------------ worker
 
 
+class ResultUnwritable(Exception):
+    """The host's result file cannot be written (a full disk): the host fails, saying why and where."""
+
+
 def _write(path: str, payload: Any) -> None:
     import cloudpickle
 
@@ -202,12 +261,29 @@ def _write(path: str, payload: Any) -> None:
         data = cloudpickle.dumps(
             ("error", "user", f"TypeError: the return value of the entrypoint cannot be pickled: {e}\n")
         )
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:  # a write or close that fails names no file: this says which
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise ResultUnwritable(f"cannot write this host's result to {path}: {e.strerror or e}") from e
 
 
 def _work(argv: list[str]) -> int:
+    """The worker: run the entrypoint, write its result; a result that cannot be written fails the host with
+    one line naming the cause and the file (its last output, which the job's error quotes), not a traceback."""
+    try:
+        return _run_entry(argv)
+    except ResultUnwritable as e:
+        print(f"[fray] HostResultUnwritable: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _run_entry(argv: list[str]) -> int:
     import faulthandler
 
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective): see dump_stacks
@@ -260,6 +336,8 @@ def _work(argv: list[str]) -> int:
                 _write(result_path, ("error", "user", text))
                 return 127
             _write(result_path, ("exit", rc))
+    except ResultUnwritable:
+        raise  # not the user's failure: see _work
     except (TpuDeviceError, HostPreempted) as e:
         _write(result_path, ("error", "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         return 3

@@ -15,6 +15,13 @@ the *worker* it forks, which runs the entrypoint. On Linux:
 
 Elsewhere the guardian falls back to polling the supervisor's pid and killing the worker.
 
+The supervisor watches its guardians in turn: each guardian writes a byte to a pipe of its own (``BEAT_ENV``
+names the fd) at least every ``BEAT_INTERVAL``, and only the guardian holds the pipe's write end, so its end is
+EOF there. A guardian that sent nothing for ``GUARDIAN_SILENCE`` seconds (stopped by SIGSTOP, frozen) can no
+longer reap its worker, tear its host down or report its end: the host would stay RUNNING with no deadline. The
+supervisor then kills the host itself (the guardian's process group, the guardian, then the run's sweep) and
+the host ends FAILED, saying so (``HostProcess.unresponsive``).
+
 The guardian cannot clean up when it is itself killed (SIGKILL: the OOM killer) or too slow to (stopped, a
 child in D state): its setsid'd or double-forked descendants then fall to init, outside its process group.
 So the supervisor marks every host run: ``FRAY_SUPERVISOR_RUN`` in its environment (every process the run
@@ -78,6 +85,13 @@ TEARDOWN_GRACE = 5.0
 # The mark of a host run in the environment of every process it starts: comma-separated tokens, the run's
 # own last (see the module docstring).
 RUN_ENV = "FRAY_SUPERVISOR_RUN"
+# The guardian's liveness (see the module docstring): the fd of its beat pipe, in its environment; how often it
+# beats (its loop wakes at least this often); how long a silence the supervisor waits before it kills the host.
+# The first beat is waited for from the spawn on: a guardian's start is an interpreter's, well under this on a
+# loaded machine. A false alarm costs an attempt; no alarm at all left a job RUNNING for ever.
+BEAT_ENV = "FRAY_SUPERVISOR_BEAT_FD"  # FRAY_SUPERVISOR_*: internal (docs/configuration.md)
+BEAT_INTERVAL = 1.0
+GUARDIAN_SILENCE = 30.0
 # A sweep repeats (a fork in flight when its parent was killed is found by the next scan) until a scan finds
 # nothing, at most this many times.
 _SWEEP_ROUNDS = 25
@@ -289,13 +303,21 @@ class HostProcess:
         self._on_done = on_done
         self.run_token = uuid.uuid4().hex  # this run's mark (RUN_ENV), swept when it ends abnormally
         self._born: int | None = None  # the guardian's start time (clock ticks)
+        self._beats: int | None = None  # the read end of the guardian's beat pipe (see the module docstring)
+        # why the supervisor killed the host itself: its guardian stopped answering (None: it did not)
+        self.unresponsive: str | None = None
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
+    def start(self, argv: list[str], env: dict[str, str], cwd: str, guardian: bool = False) -> None:
         """Start the host; a deterministic start error is kept in ``start_error`` (the host is done),
-        a transient one is raised."""
+        a transient one is raised. ``guardian``: ``argv`` runs a guardian (:mod:`fray_local._host`), which
+        beats on a pipe; the host is killed if it falls silent (see the module docstring)."""
         env = dict(env)
         env.update(supervisor_env())
         env[RUN_ENV] = ",".join(t for t in (env.get(RUN_ENV, ""), self.run_token) if t)
+        beat_w = None
+        if guardian and LINUX:
+            self._beats, beat_w = os.pipe()  # both close-on-exec: only the guardian gets the write end
+            env[BEAT_ENV] = str(beat_w)
         try:
             self.proc = spawn(
                 argv,
@@ -305,8 +327,12 @@ class HostProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # no terminal signal reaches it; its group is the last-resort kill
+                pass_fds=() if beat_w is None else (beat_w,),
             )
         except Exception as e:
+            if self._beats is not None:
+                os.close(self._beats)
+                self._beats = None
             if not is_deterministic_start_error(e):
                 raise
             where = f" in cwd {cwd!r}" if getattr(e, "filename", None) == cwd else ""
@@ -314,6 +340,9 @@ class HostProcess:
             self.log.write(self.tag, f"[fray] {error}")
             self.not_started(error)
             return
+        finally:
+            if beat_w is not None:
+                os.close(beat_w)  # the guardian's copy is the only one: its end is EOF on the read end
         if LINUX:
             fields = stat_fields(self.proc.pid)  # our unreaped child: its entry (a zombie's too) is there
             self._born = int(fields[19]) if fields is not None else None
@@ -357,6 +386,8 @@ class HostProcess:
 
     def _wait(self) -> None:
         assert self.proc is not None
+        if self._beats is not None:
+            self._watch_beats(self._beats)
         self.proc.wait()
         if self.proc.returncode < 0:
             # Killed by a signal: either the guardian re-raised its worker's after its own clean-up, or it
@@ -377,6 +408,53 @@ class HostProcess:
                 )
             break
         self._finish()
+
+    def _watch_beats(self, fd: int) -> None:
+        """Read the guardian's beats until it exits (EOF); kill the host when none came for
+        ``GUARDIAN_SILENCE`` seconds (see the module docstring). Closes ``fd``."""
+        assert self.proc is not None
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        last = time.monotonic()  # the first beat is waited for from the spawn on
+        try:
+            while True:
+                silent = time.monotonic() - last
+                if silent >= GUARDIAN_SILENCE:
+                    if self.proc.poll() is None:  # not merely ended between two looks
+                        self._kill_unresponsive(silent)
+                    return
+                if not poller.poll(max(1, int((GUARDIAN_SILENCE - silent) * 1000))):
+                    continue
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    return  # cannot happen on a pipe we own; the plain wait still ends the host
+                if not data:
+                    return  # EOF: the guardian exited
+                last = time.monotonic()
+        finally:
+            os.close(fd)
+
+    def _kill_unresponsive(self, silent: float) -> None:
+        """The guardian stopped answering: kill its process group and itself (SIGKILL ends a stopped process
+        too); the caller's wait then sees it killed and sweeps the run. The host's outcome says why."""
+        assert self.proc is not None
+        fields = stat_fields(self.proc.pid)  # our unreaped child: the pid is still the guardian's
+        state = fields[0] if fields is not None else "?"
+        how = {"T": "stopped by a stop signal", "t": "stopped by a debugger", "D": "in uninterruptible sleep"}.get(
+            state, f"process state {state}"
+        )
+        self.unresponsive = (
+            f"its guardian process (pid {self.proc.pid}) did not answer for {silent:.0f} s ({how}): it could "
+            "neither report the host's end nor tear the host down, so the supervisor killed the host and every "
+            "process of its run"
+        )
+        self.log.write(self.tag, f"[fray] GuardianUnresponsive: {self.unresponsive}")
+        self._kill_group()
+        try:
+            self.proc.send_signal(signal.SIGKILL)  # not reaped yet, so not a reused pid: Popen checks
+        except OSError:
+            pass
 
     def _finish(self) -> None:
         self.done.set()

@@ -90,8 +90,7 @@ class LocalSliceProvider(SliceProvider):
             self.fleet.start_slice(lease, attempt)  # the model arms the attempt's faults, once
         payload = os.path.join(self.job_dir, f"entry-a{attempt}.pkl")
         if not os.path.exists(payload):
-            with open(payload, "wb") as f:
-                cloudpickle.dump(entrypoint, f)
+            _write_payload(payload, entrypoint)
         runs: list[HostRun] = []
         # hosts are forked into this process's memory cgroup: its OOM kills from now on may be theirs
         oom = OomWatch.of()
@@ -141,7 +140,8 @@ class LocalSliceProvider(SliceProvider):
             host.log_error = self.log.error
             host.not_started(self.log.error)
         else:
-            host.start([sys.executable, "-m", "fray_local._host", payload, result_path], full_env, self.cwd)
+            argv = [sys.executable, "-m", "fray_local._host", payload, result_path]
+            host.start(argv, full_env, self.cwd, guardian=True)
         run = HostRun(lease=lease, slice_index=slice_index, host_index=h, handle=host)
         with self._cond:
             self._hosts[run] = host
@@ -201,7 +201,7 @@ class LocalSliceProvider(SliceProvider):
         if o.kind is not HostOutcomeKind.FAILED or run.lease.handle is None:
             return o
         host = self._hosts[run]
-        if host.log_error is not None or host.start_error is not None:
+        if host.log_error is not None or host.start_error is not None or host.unresponsive is not None:
             return o
         rc = host.returncode
         fault = device_fault(f"{o.error or ''}\n" + "\n".join(host.tail), -rc if rc is not None and rc < 0 else None)
@@ -226,6 +226,17 @@ class LocalSliceProvider(SliceProvider):
         if host.cancelled:
             return HostOutcome(run, HostOutcomeKind.CANCELLED)
         payload = _read_result(host.result_path)
+        if host.unresponsive is not None:
+            # The supervisor killed the host itself: whatever the worker wrote, no guardian saw it end or
+            # cleaned up after it. Not a preemption (no slice went away): FAILED, saying so first.
+            if payload is None:
+                reported = ""
+            elif payload[0] == "error":
+                reported = f"\n(its worker had failed before: {payload[2]})"
+            else:
+                reported = "\n(its worker had returned before; a result no guardian saw the host end with is not used)"
+            error = f"GuardianUnresponsive: host on {where}: {host.unresponsive}{reported}"
+            return HostOutcome(run, HostOutcomeKind.FAILED, error=error)
         if payload is not None and payload[0] == "ok":
             return HostOutcome(run, HostOutcomeKind.SUCCEEDED, result=payload[1])
         if payload is not None and payload[0] == "exit":
@@ -353,3 +364,23 @@ def _read_result(path: str) -> Any:
         return None
     except Exception as e:  # the result exists but cannot be loaded here (e.g. a missing module)
         return ("error", "user", f"ResultUnpicklingError: cannot load the host's result: {e!r}\n")
+
+
+def _write_payload(path: str, entrypoint: Entrypoint) -> None:
+    """Write the attempt's pickled entrypoint for its hosts, whole or not at all: a payload cut short by a full
+    disk would be found by the attempt's next slice (it exists) and fail its hosts with an unpickling error.
+    An ``OSError`` is raised with ``path`` in it (a write or close that fails names no file): the runner tells a
+    full disk from a transient error by its errno, and the job's error says where."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            cloudpickle.dump(entrypoint, f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.remove(tmp)  # give back what the partial write took
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, path) from e
+        raise

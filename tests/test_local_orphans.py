@@ -8,8 +8,11 @@ group, so only the supervisor's sweep of the host run's mark (``fray_local._proc
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,9 +29,9 @@ pytestmark = pytest.mark.skipif(not _proc.LINUX, reason="the sweep reads /proc (
 # ------------------------------------------------------------------------------- the job (runs in the worker)
 
 
-def orphaning_job(pid_dir: str, stop_guardian: bool) -> None:
-    """Double-fork a ``setsid`` grandchild (``sleep``), write its pid and the guardian's, then wait; with
-    ``stop_guardian``, SIGSTOP the guardian (our parent) first."""
+def orphaning_job(pid_dir: str, stop_guardian: bool, hold: float = 300.0) -> str:
+    """Double-fork a ``setsid`` grandchild (``sleep``), write its pid and the guardian's, then wait ``hold``
+    seconds and return; with ``stop_guardian``, SIGSTOP the guardian (our parent) first."""
     import os
     import signal
     import time
@@ -48,7 +51,29 @@ def orphaning_job(pid_dir: str, stop_guardian: bool) -> None:
     if stop_guardian:
         os.kill(guardian, signal.SIGSTOP)
     write_whole(os.path.join(pid_dir, "guardian"), str(guardian))
-    time.sleep(300)
+    time.sleep(hold)
+    return "done"
+
+
+def lifecycle_job(pid_dir: str, hold: float) -> str:
+    """A short host: a ``setsid`` grandchild (its pid in ``orphan-a<attempt>``), ``hold`` seconds of work, a
+    result."""
+    import os
+    import time
+
+    from fray_core.testing.conformance import write_whole
+
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        child = os.fork()
+        if child == 0:
+            os.execvp("sleep", ["sleep", "300"])
+        write_whole(os.path.join(pid_dir, f"orphan-a{os.environ['FRAY_ATTEMPT']}"), str(child))
+        os._exit(0)
+    os.waitpid(middle, 0)
+    time.sleep(hold)
+    return "done"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -73,12 +98,31 @@ def cluster(tmp_local_cluster: LocalCluster) -> LocalCluster:
     return tmp_local_cluster
 
 
-def _launch(cluster: LocalCluster, pid_dir: Path, stop_guardian: bool) -> tuple[str, dict[str, tuple[int, int | None]]]:
+def _run_tokens(cluster: LocalCluster, job_id: str) -> list[str]:
+    """The run marks (``FRAY_SUPERVISOR_RUN``) of every host the job started so far."""
+    provider = cluster._jobs[job_id].provider
+    return [host.run_token for host in list(provider._hosts.values())]  # type: ignore[attr-defined]
+
+
+def _marked(tokens: list[str]) -> list[int]:
+    """Every live process that carries one of the run marks ``tokens``."""
+    marks = [t.encode() for t in tokens]
+    return [
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isdigit() and int(name) != os.getpid() and any(_proc._carries(int(name), m) for m in marks)
+    ]
+
+
+def _launch(
+    cluster: LocalCluster, pid_dir: Path, stop_guardian: bool, hold: float = 300.0
+) -> tuple[str, dict[str, tuple[int, int | None]]]:
     """Launch the job and wait until it wrote both pids: ``{name: (pid, start ticks)}``."""
     request = JobRequest(
         name="orphans",
         entrypoint=Entrypoint(
-            callable=orphaning_job, function_args={"pid_dir": str(pid_dir), "stop_guardian": stop_guardian}
+            callable=orphaning_job,
+            function_args={"pid_dir": str(pid_dir), "stop_guardian": stop_guardian, "hold": hold},
         ),
     )
     job_id = cluster.launch(request)
@@ -128,6 +172,133 @@ def test_a_setsid_grandchild_dies_when_a_stopped_guardian_is_terminated(
             _kill(*pids["guardian"], signal.SIGCONT, signal.SIGKILL)
         if "orphan" in pids:
             _kill(*pids["orphan"], signal.SIGKILL)
+
+
+def test_a_worker_that_returns_while_its_guardian_is_stopped_ends_the_job_with_the_reason(
+    cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker stops its guardian and returns: no guardian reaps it or reports the host's end. The supervisor
+    hears no beat from the guardian for ``GUARDIAN_SILENCE`` seconds, kills the host and sweeps its run: the job
+    ends FAILED saying so (not RUNNING until someone terminates it), on the failure budget, nothing left."""
+    monkeypatch.setattr(_proc, "GUARDIAN_SILENCE", 2.0)
+    pids: dict[str, tuple[int, int | None]] = {}
+    try:
+        job_id, pids = _launch(cluster, tmp_path, stop_guardian=True, hold=0.0)
+        orphan, guardian = pids["orphan"], pids["guardian"]
+        tokens = _run_tokens(cluster, job_id)
+        info = cluster.wait(job_id, timeout=_proc.GUARDIAN_SILENCE + 30)  # was: RUNNING for ever
+        assert info.status is JobStatus.FAILED, info
+        assert info.preemptions == 0 and info.failures == 1, info
+        error = info.error or ""
+        assert "GuardianUnresponsive" in error and f"guardian process (pid {guardian[0]}) did not answer" in error
+        assert "stopped by a stop signal" in error, error
+        # killed, the setsid grandchild too (the sweep); SIGKILL is sent, the exit may take a moment
+        helpers.wait_for(lambda: not _alive(*guardian) and not _alive(*orphan), 5, "the host's processes to die")
+        helpers.wait_for(lambda: not _marked(tokens), 5, "no process to carry the run's mark")
+        log = Path(cluster.store.log_path(job_id)).read_text()
+        assert "[fray] GuardianUnresponsive" in log, log
+    finally:
+        if "guardian" in pids:
+            _kill(*pids["guardian"], signal.SIGCONT, signal.SIGKILL)
+        if "orphan" in pids:
+            _kill(*pids["orphan"], signal.SIGKILL)
+
+
+# ------------------------------------------------------------- kill -9 of the guardian at a random instant
+
+#: the seed of the random instants (printed; FRAY_TEST_SEED=<seed> replays a run)
+SEED = int(os.environ.get("FRAY_TEST_SEED") or random.SystemRandom().randrange(2**32))
+CASES = 6  # each draws its instant in its sixth of the host's lifetime: start-up, running and ending all get one
+HOLD = 0.5  # the job's own work, seconds
+
+
+def _lifecycle_request(pid_dir: Path) -> JobRequest:
+    # one retry on the failure budget, none on the preemption budget: a guardian killed is a host that crashed
+    # (the failure budget); were it charged as a preemption the job would fail
+    return JobRequest(
+        name="lifecycle",
+        entrypoint=Entrypoint(callable=lifecycle_job, function_args={"pid_dir": str(pid_dir), "hold": HOLD}),
+        max_retries_failure=1,
+        max_retries_preemption=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def lifetime(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """Seconds from launch to the end of an undisturbed run of the job on this machine (its lifecycle)."""
+    from fray_local.testing import TEST_POLICY
+
+    root = tmp_path_factory.mktemp("lifetime")
+    cluster = LocalCluster(jobs_dir=str(root / "jobs"), retry_policy=TEST_POLICY)
+    try:
+        began = time.monotonic()
+        info = cluster.wait(cluster.launch(_lifecycle_request(root)), timeout=60)
+        assert info.status is JobStatus.SUCCEEDED, info
+        return time.monotonic() - began
+    finally:
+        cluster.close()
+
+
+def _kill_guardian_at(cluster: LocalCluster, job_id: str, at: float) -> str:
+    """At monotonic time ``at``, SIGKILL the guardian of attempt 0's host (once it exists, if it was not
+    spawned yet); what the host was doing then."""
+    threading.Event().wait(max(0.0, at - time.monotonic()))
+    sup = cluster._jobs[job_id]
+    provider = sup.provider
+    while not sup.done.is_set():
+        host = next((h for h in list(provider._hosts.values()) if h.tag.startswith("a0 ")), None)  # type: ignore[attr-defined]
+        if host is not None and host.proc is not None:
+            if host.proc.poll() is not None:
+                return "after the guardian's exit"
+            phase = (
+                "after the result" if os.path.exists(host.result_path)
+                else "worker running" if _proc.descendants(host.proc.pid)
+                else "guardian starting"
+            )  # fmt: skip
+            host.proc.send_signal(signal.SIGKILL)  # our unreaped child: never a reused pid
+            return phase
+        threading.Event().wait(0.002)
+    return "after the job's end"
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_a_guardian_killed_9_at_a_random_instant_ends_the_job_and_leaves_nothing(
+    cluster: LocalCluster, tmp_path: Path, lifetime: float, case: int
+) -> None:
+    """kill -9 of the guardian at an instant drawn over the host's whole life (launch, start-up, running,
+    ending): the job ends within a bound, in a terminal state; nothing carrying the run's mark survives; a
+    guardian killed before its worker's result is a crashed host, retried on the failure budget (the job then
+    succeeds), never a preemption; one killed after it leaves the result standing."""
+    rng = random.Random(f"{SEED}-{case}")
+    delay = (case + rng.random()) * lifetime * 1.2 / CASES  # a little past the undisturbed end, too
+    where = f"FRAY_TEST_SEED={SEED} case {case}: kill at {delay:.3f} s of a {lifetime:.2f} s lifecycle"
+    print(where)
+    began = time.monotonic()
+    job_id = cluster.launch(_lifecycle_request(tmp_path))
+    phase = _kill_guardian_at(cluster, job_id, began + delay)
+    killed_at = time.monotonic()
+    where += f" ({phase})"
+    print(where)
+    info = cluster.wait(job_id, timeout=60)
+    assert time.monotonic() - killed_at < 30, where  # the bound: one crash, one retry (and its backoff)
+    assert info.status is JobStatus.SUCCEEDED and info.result == ["done"], f"{where}: {info}"
+    assert info.preemptions == 0, f"{where}: {info}"
+    first = info.attempts[0]
+    provider = cluster._jobs[job_id].provider
+    host0 = next(h for h in list(provider._hosts.values()) if h.tag.startswith("a0 "))  # type: ignore[attr-defined]
+    # the outcome follows what the worker had done when its guardian died, never the moment's luck
+    assert (first.outcome.value == "SUCCEEDED") == os.path.exists(host0.result_path), f"{where}: {first}"
+    if first.outcome.value == "FAILED":  # killed before the worker's result: a crashed host, retried
+        assert info.failures == 1 and len(info.attempts) == 2, f"{where}: {info}"
+        assert "killed by SIGKILL" in (first.cause or ""), f"{where}: {first.cause}"
+    else:  # killed after the worker's result (or not at all: the job had ended): the result stands
+        assert first.outcome.value == "SUCCEEDED" and info.failures == 0, f"{where}: {info}"
+        assert len(info.attempts) == 1, f"{where}: {info}"
+    tokens = _run_tokens(cluster, job_id)
+    assert len(tokens) == len(info.attempts), f"{where}: {tokens}"
+    # every process of every attempt carries its mark: the setsid grandchildren too (sweep_run's reach)
+    assert list(tmp_path.glob("orphan-a*")), f"{where}: no attempt started its grandchild"
+    helpers.wait_for(lambda: not _marked(tokens), 5, f"{where}: no process to carry the run's mark")
 
 
 def test_a_sweep_kills_only_what_carries_the_run_token(tmp_path: Path) -> None:

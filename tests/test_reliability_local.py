@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -326,6 +327,73 @@ def test_log_that_cannot_be_written_fails_the_job(tmp_path: Path) -> None:
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["status"] == "FAILED", out
     assert "cannot write job log: OSError: [Errno 27] File too large" in out["error"], out
+
+
+# ------------------------------------------------------------------------------- a full $TMPDIR
+
+FULL_TMPDIR = """
+import json, os, sys, tempfile, time
+jobs_dir, tmp = sys.argv[1], sys.argv[2]
+os.environ["TMPDIR"] = tmp
+tempfile.tempdir = None
+assert tempfile.gettempdir() == tmp  # chosen while it has room: tempfile skips a full one for /tmp
+from fray_core import Entrypoint, JobRequest
+from fray_local import LocalCluster
+cluster = LocalCluster(jobs_dir=jobs_dir)  # the records live elsewhere: only $TMPDIR fills up
+first = cluster.launch(JobRequest(name="before", entrypoint=Entrypoint(callable=os.getpid)))
+assert cluster.wait(first, timeout=60).status.value == "SUCCEEDED"
+fd = os.open(os.path.join(tmp, "fill"), os.O_WRONLY | os.O_CREAT, 0o600)
+try:
+    while True:
+        os.write(fd, bytes(4096))
+except OSError:
+    pass
+os.close(fd)
+began = time.monotonic()
+job_id = cluster.launch(JobRequest(name="full", entrypoint=Entrypoint(callable=os.getpid)))
+try:
+    info = cluster.wait(job_id, timeout=30)
+except Exception:
+    info = cluster.poll(job_id)
+elapsed = time.monotonic() - began
+print(json.dumps({"status": info.status.value, "error": info.error, "preemptions": info.preemptions,
+                  "failures": info.failures, "attempts": len(info.attempts), "elapsed": elapsed}))
+cluster.close()
+"""
+
+
+def _in_a_mount_namespace(tmp: Path) -> list[str]:
+    """The command prefix that runs a command with a 128 KiB tmpfs on ``tmp`` (a private mount namespace: no
+    other process sees it); skips the test where that is not permitted."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private mount namespace")
+    tmp.mkdir()
+    prefix = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=128k tmpfs "$0" && exec "$@"', str(tmp)]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a mount namespace here: {probe.stderr.strip()}")
+    return prefix
+
+
+def test_a_full_tmpdir_when_a_host_starts_fails_the_job_at_once_naming_the_cause(tmp_path: Path) -> None:
+    """$TMPDIR (where the local backend writes each attempt's files) full when the host starts: the job
+    FAILS within seconds, saying "no space left on device" and where, on the failure budget. It was taken
+    as a preemption and retried for the whole preemption budget: PENDING for ~8 minutes."""
+    tmp = tmp_path / "tmpfs"
+    prefix = _in_a_mount_namespace(tmp)
+    r = subprocess.run(
+        [*prefix, sys.executable, "-c", FULL_TMPDIR, str(tmp_path / "jobs"), str(tmp)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "FAILED", out
+    assert out["preemptions"] == 0 and out["failures"] == 1 and out["attempts"] == 1, out
+    assert "no space left on device" in out["error"] and str(tmp) in out["error"], out
+    assert out["elapsed"] < 15, out  # one attempt, no backoff (the budget of retries was ~8 minutes)
 
 
 # ------------------------------------------------------------------------------- a reused pid

@@ -9,11 +9,13 @@ fake clock: no processes, no sleeps."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Sequence
 
 import attrs
 import hypothesis
 import hypothesis.strategies as st
+import pytest
 
 from fray_core.errors import Unschedulable
 from fray_core.provider import Heartbeat
@@ -276,3 +278,87 @@ def test_a_queued_host_is_never_taken_as_lost_however_long_it_waits(placed: floa
     assert info.status is JobStatus.SUCCEEDED and len(info.attempts) == 1, info
     assert info.preemptions == 0 and info.failures == 0
     assert all(t >= placed for status, t in seen if status == "RUNNING")
+
+
+# ------------------------------------------------------------------- hosts the host's machine cannot start
+
+
+@attrs.define(eq=False)
+class StartFails(ScriptedProvider):
+    """Every start fails with ``error``, as a provider that cannot write the attempt's files (a full $TMPDIR)."""
+
+    error: Exception = attrs.field(factory=lambda: OSError(errno.ENOSPC, "No space left on device", "/tmp/x/entry.pkl"))
+    starts: int = 0
+
+    def start(self, lease: SliceLease, hosts: list[HostSpec], entrypoint: Entrypoint) -> list[HostRun]:
+        self.starts += 1
+        raise self.error
+
+
+def _start_fails(error: Exception, failures: int = 0) -> tuple[JobInfo, StartFails]:
+    provider = StartFails(Clock(), lambda p, t: None, error=error)
+    request = JobRequest(
+        name="job",
+        entrypoint=Entrypoint(binary="train"),
+        resources=ResourceConfig.with_tpu("v4-16"),
+        max_retries_failure=failures,  # the preemption budget keeps its default: 100 retries
+    )
+    policy = attrs.evolve(POLICY, backoff_initial=1.0, backoff_max=60.0)
+    runner = GangRunner(
+        "job-1", request, provider, policy=policy, clock=provider.clock, wall=provider.clock,
+        sleep=lambda s: setattr(provider.clock, "now", provider.clock.now + s),
+    )  # fmt: skip
+    runner.run()
+    return runner.info, provider
+
+
+def _wrapped_enospc() -> Exception:
+    """A backend's own error raised from the OSError (the runner looks through the chain)."""
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/x/entry.pkl")
+    except OSError as e:
+        try:
+            raise RuntimeError("cannot prepare the host's files") from e
+        except RuntimeError as wrapped:
+            return wrapped
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device", "/tmp/x/entry.pkl"),
+        OSError(errno.EDQUOT, "Disk quota exceeded", "/tmp/x/entry.pkl"),
+        OSError(errno.EROFS, "Read-only file system", "/tmp/x/entry.pkl"),
+        _wrapped_enospc(),
+    ],
+    ids=["ENOSPC", "EDQUOT", "EROFS", "wrapped"],
+)
+def test_a_host_start_failing_on_the_machines_state_fails_the_job_at_once_naming_it(error: Exception) -> None:
+    """A full disk when the hosts start is the machine's state, not a lost slice: the attempt is FAILED (not
+    PREEMPTED), so the job ends after one attempt with the cause and the path, instead of retrying on the
+    preemption budget for minutes (101 attempts, ~8 min of backoff on the local defaults)."""
+    info, provider = _start_fails(error)
+    assert info.status is JobStatus.FAILED, info
+    assert info.preemptions == 0 and info.failures == 1 and provider.starts == 1, info
+    assert [a.outcome.value for a in info.attempts] == ["FAILED"]
+    root = error if isinstance(error, OSError) else error.__cause__
+    assert isinstance(root, OSError) and root.strerror is not None
+    assert f"host start failed: {root.strerror.lower()}: /tmp/x/entry.pkl" in (info.error or ""), info.error
+    assert "not a preemption" in (info.error or "")
+    assert provider.released == ["slice-0"]  # released, as on every path
+    assert info.finished_at is not None and info.finished_at - info.submitted_at < 1.0  # no backoff, no retry
+
+
+def test_host_start_failures_of_the_machines_state_spend_the_failure_budget_only() -> None:
+    info, provider = _start_fails(OSError(errno.ENOSPC, "No space left on device", "/tmp/x/entry.pkl"), failures=2)
+    assert info.status is JobStatus.FAILED and provider.starts == 3, info
+    assert info.failures == 3 and info.preemptions == 0
+    assert "failed 3 time(s), max_retries_failure=2" in (info.error or ""), info.error
+    assert info.finished_at is not None and info.finished_at - info.submitted_at <= 1.0 + 2.0  # the two backoffs
+
+
+def test_a_transient_host_start_error_is_still_retried_on_the_preemption_budget() -> None:
+    """A fork that failed with EAGAIN is the machine's moment, not its state: retried as before."""
+    info, provider = _start_fails(BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable"))
+    assert info.status is JobStatus.FAILED and info.failures == 0, info
+    assert info.preemptions == 101 and provider.starts == 101
