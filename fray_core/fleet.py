@@ -47,7 +47,17 @@ from typing import Any, Protocol
 import attrs
 
 from fray_core.errors import Unschedulable
-from fray_core.limits import MAX_FLEET_SLICES, check_number, check_seconds
+from fray_core.limits import (
+    MAX_FAULTS,
+    MAX_FLEET_SLICES,
+    MAX_SECONDS,
+    check_flag,
+    check_name,
+    check_number,
+    check_seconds,
+    sequence_converter,
+    show_number,
+)
 from fray_core.scheduling import FairQueue, Quarantine, pending_reason
 from fray_core.tpu import get_tpu_spec, normalize_tpu_type
 
@@ -71,8 +81,9 @@ __all__ = [
 
 
 def _check_fault(fault: Any) -> None:
-    """Every number of a fault, checked when it is made: indexes and counts are ints >= 0, times are seconds
-    >= 0 (``restore_after`` may be None)."""
+    """Every field of a fault, checked when it is made (not when an attempt meets it, far from the caller):
+    indexes and counts are ints >= 0, times are seconds >= 0 (``restore_after`` may be None), ``crash`` a
+    bool, ``message`` a name-like str, ``tpu_type`` a type of the catalog (kept by its catalog name)."""
     for a in attrs.fields(type(fault)):
         value = getattr(fault, a.name)
         field = f"{type(fault).__name__}.{a.name}"
@@ -80,6 +91,14 @@ def _check_fault(fault: Any) -> None:
             check_number(field, value, integer=True)
         elif a.name in ("after", "restore_after", "duration"):
             check_seconds(field, value, allow_none=a.name == "restore_after")
+        elif a.name == "crash":
+            check_flag(field, value)  # "no" is truthy: the host would die hard
+        elif a.name == "message":
+            # the host's error text, passed to it through its environment (which holds no NUL): a name's limits
+            check_name(field, value)
+        elif a.name == "tpu_type":
+            # an unknown type matched no slice: the drop did nothing, silently
+            object.__setattr__(fault, a.name, get_tpu_spec(value, field=field).name)
 
 
 @attrs.frozen
@@ -151,11 +170,23 @@ class FaultPlan:
     [PreemptSlice(attempt=0, slice_index=1, after=2.0, restore_after=0.0)]
     """
 
-    faults: tuple[Fault, ...] = attrs.field(default=(), converter=tuple)
+    faults: tuple[Fault, ...] = attrs.field(
+        default=(),
+        converter=sequence_converter(
+            "FaultPlan.faults", "faults", "[PreemptSlice(attempt=0, slice_index=1)]", limit=MAX_FAULTS
+        ),
+    )
     seed: int | None = None
     _by_attempt: dict[int, list[Fault]] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        for i, f in enumerate(self.faults):
+            if not isinstance(f, _FAULT_TYPES):  # else an AttributeError ('attempt') from the loop below
+                raise TypeError(
+                    f"FaultPlan.faults: expected PreemptSlice, FailHost, DropCapacity or DirtyHost entries, got "
+                    f"{f!r} (entry {i})"
+                )
+        _check_seed("FaultPlan.seed", self.seed)
         by: dict[int, list[Fault]] = {}
         for f in self.faults:
             by.setdefault(f.attempt, []).append(f)
@@ -172,11 +203,16 @@ class FaultPlan:
         >>> FaultPlan.chaos(seed=1, rate=0.5) == FaultPlan.chaos(seed=1, rate=0.5)
         True
         """
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
-            raise ValueError(f"FaultPlan.chaos: rate must be in [0, 1], got {rate!r}")
-        check_number("FaultPlan.chaos: attempts", attempts, integer=True, maximum=100_000)
+        _check_seed("FaultPlan.chaos: seed", seed)
+        check_number("FaultPlan.chaos: rate", rate, maximum=1.0)
+        check_number("FaultPlan.chaos: attempts", attempts, integer=True, maximum=MAX_FAULTS)
         check_number("FaultPlan.chaos: max_slices", max_slices, integer=True, maximum=MAX_FLEET_SLICES)
         check_seconds("FaultPlan.chaos: horizon", horizon, allow_none=False)
+        if attempts * max_slices > MAX_FAULTS:  # a draw per slice per attempt, each a possible fault of the plan
+            raise ValueError(
+                f"FaultPlan.chaos: attempts x max_slices is {attempts:,} x {max_slices:,} = "
+                f"{attempts * max_slices:,} draws; at most {MAX_FAULTS:,} allowed (the faults of one plan)"
+            )
         rng = random.Random(seed)
         faults: list[Fault] = []
         for a in range(attempts):
@@ -184,6 +220,16 @@ class FaultPlan:
                 if rng.random() < rate:
                     faults.append(PreemptSlice(attempt=a, slice_index=s, after=round(rng.uniform(0, horizon), 3)))
         return FaultPlan(faults, seed=seed)
+
+
+_FAULT_TYPES = (PreemptSlice, FailHost, DropCapacity, DirtyHost)
+
+
+def _check_seed(field: str, seed: Any) -> None:
+    """A plan's seed: an int or None (``random.Random`` also takes a str and refuses a float: one kind, as
+    the signature says)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"{field}: expected an int or None, got {seed!r}")
 
 
 # ------------------------------------------------------------------------------------------ the model
@@ -382,22 +428,41 @@ class Fleet:
         detection_delay: float = 0.0,
         clean_hosts: bool = True,
     ) -> None:
+        # Every argument checked here, naming it: a wrong one used to surface only when first used (a fault
+        # plan when an attempt started, a capacity of the wrong kind as an AttributeError).
+        if not isinstance(name, str):
+            raise TypeError(f"Fleet.name: expected a str, got {name!r}")
         if (
             isinstance(detection_delay, bool)
             or not isinstance(detection_delay, (int, float))
             or not (0.0 <= detection_delay < float("inf"))
         ):
-            raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {detection_delay!r}")
+            raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {show_number(detection_delay)}")
+        if detection_delay > MAX_SECONDS:
+            raise ValueError(
+                f"{name}: detection_delay must be seconds >= 0, got {show_number(detection_delay)} "
+                f"(at most {MAX_SECONDS:g})"
+            )
         check_number(f"{name}: min_count", min_count, integer=True)
         waiter_ttl = check_seconds(f"{name}: waiter_ttl", waiter_ttl, positive=True, allow_none=False)
+        check_flag(f"{name}: clean_hosts", clean_hosts)
+        for field, fn in (("on_dirt", on_dirt), ("dirt_probe", dirt_probe)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name}: {field}: expected a callable or None, got {fn!r}")
+        if capacity is not None and not isinstance(capacity, Mapping):
+            raise TypeError(
+                f"{name}: capacity: expected a mapping of TPU type to slice count like {{'v4-16': 2}}, got {capacity!r}"
+            )
         if clock is None:
             from fray_core.clock import FakeClock
 
             clock = FakeClock()
+        elif not (callable(getattr(clock, "now", None)) and callable(getattr(clock, "call_later", None))):
+            raise TypeError(f"{name}: clock: expected a FleetClock (now() and call_later()) or None, got {clock!r}")
         self.clock = clock
-        self.on_demand = on_demand
         self._fleet_name = name
-        self.fault_plan = fault_plan or FaultPlan()
+        self.on_demand = on_demand  # checked by the property's setter, as when set later
+        self.fault_plan = fault_plan  # type: ignore[assignment]  # None: no faults (the property's setter)
         self.on_dirt = on_dirt
         self.dirt_probe = dirt_probe
         self.detection_delay = float(detection_delay)
@@ -420,12 +485,34 @@ class Fleet:
         # keyed by Slice; the fleet lifts each quarantine at its instant (a timer), to keep its heaps right
         self._quarantine = Quarantine(quarantine_after, quarantine_window, quarantine_for, name=name)
         for tpu_type, n in (capacity or {}).items():
+            get_tpu_spec(tpu_type, field=f"{name}: capacity")
             if isinstance(n, bool) or not isinstance(n, int) or n < min_count:
-                raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {n!r}")
+                raise ValueError(f"{name}: count of {tpu_type!r} must be an int >= {min_count}, got {show_number(n)}")
             self.add_slices(tpu_type, n)
 
     def __repr__(self) -> str:
         return f"Fleet({self.capacity()}, on_demand={self.on_demand})"
+
+    @property
+    def on_demand(self) -> bool:
+        """Slices are created when asked (up to :data:`~fray_core.limits.MAX_FLEET_SLICES` of a type)."""
+        return self._on_demand
+
+    @on_demand.setter
+    def on_demand(self, value: bool) -> None:
+        self._on_demand = check_flag(f"{self._fleet_name}: on_demand", value)  # "no" is truthy
+
+    @property
+    def fault_plan(self) -> FaultPlan:
+        """The faults applied to every job on the fleet, keyed by attempt (an empty plan: none)."""
+        return self._fault_plan
+
+    @fault_plan.setter
+    def fault_plan(self, value: FaultPlan | None) -> None:
+        # checked when set, not when the next attempt starts (far from the caller, inside a job's runner)
+        if value is not None and not isinstance(value, FaultPlan):
+            raise TypeError(f"{self._fleet_name}: fault_plan: expected a FaultPlan([...]) or None, got {value!r}")
+        self._fault_plan = value if value is not None else FaultPlan()
 
     @property
     def waiter_ttl(self) -> float:
@@ -459,11 +546,13 @@ class Fleet:
         :data:`~fray_core.limits.MAX_FLEET_SLICES` of a type in all."""
         spec = get_tpu_spec(tpu_type)
         have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
-        if have + n > MAX_FLEET_SLICES:
+        if isinstance(n, int) and not isinstance(n, bool) and have + n > MAX_FLEET_SLICES:
+            asked = f"{have + n:,}" if n < 10**30 else show_number(n)  # f"{10**5000:,}" raises
             raise ValueError(
                 f"{self._fleet_name}: at most {MAX_FLEET_SLICES:,} slices of {spec.name} allowed in a fleet, "
-                f"asked for {have + n:,}"
+                f"asked for {asked}"
             )
+        check_number(f"{self._fleet_name}: add_slices: n", n, integer=True)  # a str, a bool, a negative count
         counts = self._counts.setdefault(spec.name, dict.fromkeys(_STATES, 0))
         free = self._free.setdefault(spec.name, {})
         by_index = self._by_type.setdefault(spec.name, [])

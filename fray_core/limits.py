@@ -5,8 +5,8 @@ they exist so that a typo (``replicas=10**18``, a fleet spec ``v4-16:99999999``,
 name) fails at once, in the caller, with one line that names the field, the value and the limit, instead
 of exhausting memory or hanging somewhere inside. ``docs/troubleshooting.md`` lists them.
 
->>> MAX_REPLICAS, MAX_HOSTS_PER_JOB, MAX_FLEET_SLICES, MAX_NAME_LENGTH
-(10000, 100000, 10000, 1024)
+>>> MAX_REPLICAS, MAX_HOSTS_PER_JOB, MAX_FLEET_SLICES, MAX_NAME_LENGTH, MAX_FAULTS
+(10000, 100000, 10000, 1024, 100000)
 >>> check_seconds("wait: timeout", 5)
 5.0
 >>> check_seconds("wait: timeout", float("nan"))
@@ -17,21 +17,30 @@ ValueError: wait: timeout: expected a finite number of seconds >= 0 (at most 1e+
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "MAX_CPUS",
+    "MAX_FAULTS",
     "MAX_FLEET_SLICES",
+    "MAX_GPUS",
     "MAX_HOSTS_PER_JOB",
     "MAX_NAME_LENGTH",
     "MAX_REPLICAS",
     "MAX_RETRIES",
     "MAX_SECONDS",
     "MIN_POLL_INTERVAL",
+    "check_flag",
     "check_name",
     "check_number",
+    "check_path",
     "check_seconds",
     "is_finite",
+    "sequence_converter",
     "show_number",
     "show_text",
 ]
@@ -51,6 +60,17 @@ MIN_POLL_INTERVAL = 0.01
 #: a retry budget (``JobRequest.max_retries_failure``/``max_retries_preemption``): a million attempts is no
 #: real job's; above it, a typo (and a record holds it as a number: records.MAX_INT_DIGITS)
 MAX_RETRIES = 1_000_000
+#: CPUs of one process (``ResourceConfig.cpu``): the largest machines have a few thousand hardware threads, and a
+#: process (a Ray bundle) is on one machine; above it, a typo that no backend could place
+MAX_CPUS = 100_000
+#: GPUs of one process (``GpuConfig.count``): the largest machines have 16 (DGX-2, HGX-2), a process is on one
+#: machine; above it, a typo (the local backend would ask for that many devices, Ray for a bundle none can hold)
+MAX_GPUS = 1024
+#: faults of one ``FaultPlan``, and the draws of ``FaultPlan.chaos`` (``attempts x max_slices``, each a possible
+#: preemption): chaos on 1,000 slices over 100 attempts is 100,000 (~2 s to build at rate 1), more than any test
+#: lives through (a fault ends an attempt). Above it, a typo: 100,000 x 10,000 draws took 90 s, and
+#: ``fray sim --preemptions 1000000`` built and listed a million faults before its first attempt
+MAX_FAULTS = 100_000
 
 
 def is_finite(value: int | float) -> bool:
@@ -150,6 +170,77 @@ def check_seconds(field: str, value: Any, *, positive: bool = False, allow_none:
         field, value, minimum=0.0, exclusive=positive, maximum=MAX_SECONDS, unit="seconds", allow_none=allow_none
     )
     return None if checked is None else float(checked)
+
+
+def check_flag(field: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False``; else a TypeError naming ``field``: a truthy string such as
+    ``"no"`` would otherwise turn a setting on.
+
+    >>> check_flag("FailHost.crash", "yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: FailHost.crash: expected True or False, got 'yes'
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{field}: expected True or False, got {value!r}")
+    return value
+
+
+def check_path(field: str, value: Any, what: str = "a directory path") -> str | None:
+    """A path given as a str or an ``os.PathLike`` (returned as a str), or ``None``; else a TypeError naming
+    ``field`` (an int reached ``str.rstrip`` or ``os.path.join`` deep inside, far from the caller), or a
+    ValueError for an empty one or one with a NUL byte (no file name holds one).
+
+    >>> check_path("LocalCluster.jobs_dir", 5)
+    Traceback (most recent call last):
+    ...
+    TypeError: LocalCluster.jobs_dir: expected a directory path (str) or None, got 5
+    """
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{field}: expected {what} (str) or None, got {value!r}")
+    if not value or "\0" in value:
+        raise ValueError(
+            f"{field}: expected {what} (a non-empty str without NUL bytes) or None, got {show_text(value)}"
+        )
+    return value
+
+
+def sequence_converter(
+    field: str, what: str, example: str, limit: int | None = None
+) -> Callable[[Any], tuple[Any, ...]]:
+    """A converter to a tuple that refuses a lone string (``tuple("hello")`` would split it into letters) and
+    what is not a sequence, naming ``field``; ``None`` is ``()``. With ``limit``, more than ``limit`` items is
+    a ValueError, found after reading ``limit + 1`` of them (an endless generator is not read to its end).
+
+    >>> sequence_converter("FaultPlan.faults", "faults", "[PreemptSlice(attempt=0)]", limit=2)(range(10**9))
+    Traceback (most recent call last):
+    ...
+    ValueError: FaultPlan.faults: at most 2 faults allowed, got 1,000,000,000
+    """
+
+    def convert(value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"{field}: expected a list of {what}, got the string {value!r} (write {example})")
+        if isinstance(value, Mapping) or not isinstance(value, Iterable):
+            raise TypeError(f"{field}: expected a list of {what}, got {value!r}")
+        if limit is None:
+            return tuple(value)
+        items = tuple(itertools.islice(value, limit + 1))
+        if len(items) > limit:
+            try:
+                got = f"{len(value):,}"
+            except (TypeError, OverflowError):  # a generator has no length; range(10**30) one len() refuses
+                got = "more"
+            raise ValueError(f"{field}: at most {limit:,} {what} allowed, got {got}")
+        return items
+
+    return convert
 
 
 def check_name(field: str, value: Any) -> str:

@@ -17,18 +17,23 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from fray_core.limits import (
+    MAX_CPUS,
+    MAX_GPUS,
     MAX_HOSTS_PER_JOB,
     MAX_REPLICAS,
     MAX_RETRIES,
     MAX_SECONDS,
+    check_flag,
     check_name,
+    check_path,
     is_finite,
+    sequence_converter,
     show_number,
     show_text,
 )
@@ -130,28 +135,42 @@ class CpuConfig:
     kind: str = attrs.field(default="cpu", init=False)
 
 
-def _check_positive_int(field: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+def _check_positive_int(field: str, maximum: int, what: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """An int in ``[1, maximum]``: above ``maximum`` (``what`` of it allowed), a typo refused here rather than
+    at ``launch`` or inside a backend."""
+
     def check(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{field}: expected an int >= 1, got {value!r}")
         if value < 1:
             raise ValueError(f"{field}: must be >= 1, got {show_number(value)}")
+        if value > maximum:
+            raise ValueError(f"{field}: at most {maximum:,} {what} allowed, got {show_number(value)}")
 
     return check
 
 
 @attrs.frozen
 class GpuConfig:
-    """``count`` GPUs of ``type`` (e.g. ``"A100"``, or ``"auto"`` for any) per process."""
+    """``count`` GPUs of ``type`` (e.g. ``"A100"``, or ``"auto"`` for any) per process; at most
+    :data:`~fray_core.limits.MAX_GPUS`.
+
+    >>> GpuConfig(count=10**30)
+    Traceback (most recent call last):
+    ...
+    ValueError: GpuConfig.count: at most 1,024 GPUs per process allowed, got an int of 31 digits
+    """
 
     type: str = attrs.field(default="auto")
-    count: int = attrs.field(default=1, validator=_check_positive_int("GpuConfig.count"))
+    count: int = attrs.field(default=1, validator=_check_positive_int("GpuConfig.count", MAX_GPUS, "GPUs per process"))
     kind: str = attrs.field(default="gpu", init=False)
 
     @type.validator
     def _check_type(self, _a: attrs.Attribute, value: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"GpuConfig.type: expected a non-empty str like 'A100', got {value!r}")
+        # a name's limits: the type is matched against device names and quoted in launch's messages
+        check_name("GpuConfig.type", value)
 
 
 def _normalize_tpu(value: Any) -> Any:
@@ -182,14 +201,26 @@ class TpuConfig:
         if value is None:
             return
         spec = get_tpu_spec(self.type)
-        # ASCII digits, and few: int() of 5,000 digits raises, and no side of a pod has more than 2
-        if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,6}(x[0-9]{1,6}){1,2}", value):
+        # ASCII digits, and few: int() of 5,000 digits raises, and no side of a pod has more than 2. No leading
+        # zero: '02x2x2' has the right chips but is not the label a slice carries (Ray's ray.io/tpu-topology),
+        # so no slice would ever match it
+        if not isinstance(value, str) or not re.fullmatch(r"[1-9][0-9]{0,5}(x[1-9][0-9]{0,5}){1,2}", value):
             shown = show_text(value) if isinstance(value, str) else repr(value)
             raise ValueError(
-                f"TpuConfig.topology: expected 2 or 3 sides of at most 6 digits each, e.g. '2x2x2', got {shown}"
+                f"TpuConfig.topology: expected 2 or 3 sides of at most 6 digits each, without leading zeros, "
+                f"e.g. '2x2x2', got {shown}"
+            )
+        sides = value.split("x")
+        if len(sides) != spec.dimensions:
+            # v4, v5p and v7x slices are 3-D tori, v5litepod and v6e 2-D: a shape of the other kind is no slice
+            # of the type, and on Ray no slice is labelled with it (the job would wait forever)
+            raise ValueError(
+                f"TpuConfig.topology: {value!r} has {len(sides)} sides but {spec.generation} slices are "
+                f"{spec.dimensions}-D: expected {spec.dimensions} sides whose product is {self.type}'s "
+                f"{spec.chips} chips, like {spec.topology!r} (its default)"
             )
         n = 1
-        for d in value.split("x"):
+        for d in sides:
             n *= int(d)
         if n != spec.chips:
             raise ValueError(
@@ -229,7 +260,9 @@ def _replicas_converter(value: Any) -> Any:
     return value
 
 
-def _check_number(field: str, minimum: float) -> Callable[[Any, attrs.Attribute, Any], None]:
+def _check_number(field: str, minimum: float, maximum: int, what: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """A finite number in ``[minimum, maximum]`` (``what`` names the unit of ``maximum`` in the message)."""
+
     def check(_inst: Any, _attr: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{field}: expected a number >= {minimum:g}, got {value!r}")
@@ -237,6 +270,8 @@ def _check_number(field: str, minimum: float) -> Callable[[Any, attrs.Attribute,
             raise ValueError(f"{field}: expected a finite number >= {minimum:g}, got {show_number(value)}")
         if value < minimum:
             raise ValueError(f"{field}: must be >= {minimum:g}, got {show_number(value)}")
+        if value > maximum:
+            raise ValueError(f"{field}: at most {maximum:,} {what} allowed, got {show_number(value)}")
 
     return check
 
@@ -265,7 +300,7 @@ class ResourceConfig:
     2
     """
 
-    cpu: float = attrs.field(default=1, validator=_check_number("ResourceConfig.cpu", 0))
+    cpu: float = attrs.field(default=1, validator=_check_number("ResourceConfig.cpu", 0, MAX_CPUS, "CPUs per process"))
     ram: str | int | float = attrs.field(default="4g", validator=_check_size("ResourceConfig.ram"))
     disk: str | int | float = attrs.field(default="16g", validator=_check_size("ResourceConfig.disk"))
     device: DeviceConfig = attrs.field(factory=CpuConfig)
@@ -277,8 +312,7 @@ class ResourceConfig:
 
     @preemptible.validator
     def _check_preemptible(self, _a: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"ResourceConfig.preemptible: expected True or False, got {value!r}")
+        check_flag("ResourceConfig.preemptible", value)
 
     @device.validator
     def _check_device(self, _a: attrs.Attribute, value: Any) -> None:
@@ -379,21 +413,6 @@ class ResourceConfig:
 # --------------------------------------------------------------------------------------- entrypoint
 
 
-def _sequence_converter(field: str, what: str, example: str) -> Callable[[Any], tuple[Any, ...]]:
-    """A converter to a tuple that refuses a lone string (``tuple("hello")`` would split it into letters)."""
-
-    def convert(value: Any) -> tuple[Any, ...]:
-        if value is None:
-            return ()
-        if isinstance(value, (str, bytes)):
-            raise TypeError(f"{field}: expected a list of {what}, got the string {value!r} (write {example})")
-        if isinstance(value, Mapping) or not isinstance(value, Iterable):
-            raise TypeError(f"{field}: expected a list of {what}, got {value!r}")
-        return tuple(value)
-
-    return convert
-
-
 def _mapping_converter(field: str, example: str) -> Callable[[Any], dict[Any, Any]]:
     def convert(value: Any) -> dict[Any, Any]:
         if value is None:
@@ -446,7 +465,7 @@ class Entrypoint:
     )
     binary: str | None = None
     args: tuple[Any, ...] = attrs.field(
-        default=(), converter=_sequence_converter("Entrypoint.args", "arguments", "args=['--steps', '10']")
+        default=(), converter=sequence_converter("Entrypoint.args", "arguments", "args=['--steps', '10']")
     )
 
     def __attrs_post_init__(self) -> None:
@@ -545,8 +564,7 @@ def _check_extras(_inst: Any, _a: attrs.Attribute, value: tuple[Any, ...]) -> No
 
 
 def _check_workspace(_inst: Any, _a: attrs.Attribute, value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value or "\0" in value):
-        raise TypeError(f"EnvironmentConfig.workspace: expected a directory path (str) or None, got {value!r}")
+    check_path("EnvironmentConfig.workspace", value)
 
 
 @attrs.frozen
@@ -564,7 +582,7 @@ class EnvironmentConfig:
 
     pip_packages: tuple[str, ...] = attrs.field(
         default=(),
-        converter=_sequence_converter("EnvironmentConfig.pip_packages", "requirements", "pip_packages=['numpy']"),
+        converter=sequence_converter("EnvironmentConfig.pip_packages", "requirements", "pip_packages=['numpy']"),
         validator=_check_packages,
     )
     env_vars: Mapping[str, str] = attrs.field(
@@ -574,7 +592,7 @@ class EnvironmentConfig:
     )
     extras: tuple[str, ...] = attrs.field(
         default=(),
-        converter=_sequence_converter("EnvironmentConfig.extras", "extras", "extras=['tpu']"),
+        converter=sequence_converter("EnvironmentConfig.extras", "extras", "extras=['tpu']"),
         validator=_check_extras,
     )
     workspace: str | None = attrs.field(

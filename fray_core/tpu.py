@@ -34,6 +34,15 @@ class TpuSpec:
     cores_per_chip: int  # 2 when the suffix counts TensorCores, 1 when it counts chips
 
     @property
+    def dimensions(self) -> int:
+        """Sides of the slice's topology: 3 for v4, v5p and v7x (3-D tori), 2 for v5litepod and v6e.
+
+        >>> get_tpu_spec("v4-16").dimensions, get_tpu_spec("v5litepod-16").dimensions
+        (3, 2)
+        """
+        return self.topology.count("x") + 1
+
+    @property
     def accelerator_resource(self) -> str:
         """Ray's ``accelerator_type:TPU-V4`` style resource name."""
         return f"accelerator_type:TPU-{self.generation.upper()}"
@@ -130,10 +139,17 @@ def normalize_tpu_type(tpu_type: str) -> str:
     return f"{_ALIASES.get(gen, gen)}{sep}{rest}"
 
 
-def get_tpu_spec(tpu_type: str) -> TpuSpec:
-    """Look up a pod type; raises ``ValueError`` naming the nearest valid types when it is unknown."""
+def get_tpu_spec(tpu_type: str, field: str = "TpuConfig.type") -> TpuSpec:
+    """Look up a pod type; raises ``ValueError`` naming ``field`` and the nearest valid types when it is
+    unknown (``TypeError`` when it is not a str).
+
+    >>> get_tpu_spec(5, field="DropCapacity.tpu_type")
+    Traceback (most recent call last):
+    ...
+    TypeError: DropCapacity.tpu_type: expected a TPU type (str) like 'v4-16', got 5
+    """
     if not isinstance(tpu_type, str):
-        raise TypeError(f"TpuConfig.type must be a str like 'v4-16', got {tpu_type!r}")
+        raise TypeError(f"{field}: expected a TPU type (str) like 'v4-16', got {tpu_type!r}")
     name = normalize_tpu_type(tpu_type)
     spec = TPU_CATALOG.get(name)
     if spec is None:
@@ -153,5 +169,5 @@ def get_tpu_spec(tpu_type: str) -> TpuSpec:
             if same_gen
             else f"generations: {', '.join(TPU_GENERATIONS)} (e.g. v4-16, v5litepod-4)"
         )
-        raise ValueError(f"TpuConfig.type: unknown TPU type {show_text(tpu_type, _MAX_TYPE_CHARS)}{hint} ({allowed})")
+        raise ValueError(f"{field}: unknown TPU type {show_text(tpu_type, _MAX_TYPE_CHARS)}{hint} ({allowed})")
     return spec

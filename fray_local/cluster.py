@@ -35,6 +35,7 @@ from fray_core._scratch import scratch_dir
 from fray_core.cluster import check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
+from fray_core.limits import check_flag, check_path
 from fray_core.records import JobStore, owner_info, pid_alive
 from fray_core.request import GpuConfig, JobRequest
 from fray_core.runner import RetryPolicy
@@ -83,6 +84,23 @@ def check_environment(request: JobRequest) -> None:
         )
 
 
+def _check_fleet(field: str, value: Any) -> None:
+    # a fleet of another kind failed at the first TPU launch (an AttributeError inside the provider)
+    if value is not None and not isinstance(value, TpuFleet):
+        raise TypeError(f"{field}: expected a TpuFleet({{'v4-16': 2}}) or None (slices made on demand), got {value!r}")
+
+
+def _check_policy(field: str, value: Any) -> None:
+    # read by every job's runner: a wrong kind failed inside the first job's thread
+    if value is not None and not isinstance(value, RetryPolicy):
+        raise TypeError(f"{field}: expected a RetryPolicy(...) or None (DEFAULT_LOCAL_POLICY), got {value!r}")
+
+
+def _jobs_dir(field: str, value: Any) -> str | None:
+    """A jobs dir given as a path, a ``pathlib.Path`` or an fsspec URL (a str), or None (the default)."""
+    return check_path(field, value, what="a directory path or URL")
+
+
 @attrs.frozen
 class LocalClusterConfig:
     """``LocalCluster``'s settings as one value (marin's ``LocalCluster(LocalClusterConfig(...))``).
@@ -95,11 +113,17 @@ class LocalClusterConfig:
     'logging'
     """
 
-    fleet: TpuFleet | None = None
-    jobs_dir: str | None = None
-    retry_policy: RetryPolicy | None = None
+    fleet: TpuFleet | None = attrs.field(
+        default=None, validator=lambda _i, _a, v: _check_fleet("LocalClusterConfig.fleet", v)
+    )
+    jobs_dir: str | None = attrs.field(default=None, converter=lambda v: _jobs_dir("LocalClusterConfig.jobs_dir", v))
+    retry_policy: RetryPolicy | None = attrs.field(
+        default=None, validator=lambda _i, _a, v: _check_policy("LocalClusterConfig.retry_policy", v)
+    )
     log_to: str = attrs.field(default="stdout")
-    use_isolated_env: bool = False
+    use_isolated_env: bool = attrs.field(
+        default=False, validator=lambda _i, _a, v: check_flag("LocalClusterConfig.use_isolated_env", v)
+    )
 
     @log_to.validator
     def _check_log_to(self, _a: attrs.Attribute, value: Any) -> None:
@@ -135,6 +159,13 @@ class LocalCluster(RecordCluster):
     ) -> None:
         if isinstance(fleet, LocalClusterConfig):  # marin's LocalCluster(LocalClusterConfig(...))
             fleet, config = None, fleet
+        # checked before anything is made, naming the argument: each failed only when first used (jobs_dir=5
+        # as an AttributeError from str.rstrip, a fleet of another kind at the first TPU launch)
+        if config is not None and not isinstance(config, LocalClusterConfig):
+            raise TypeError(f"LocalCluster.config: expected a LocalClusterConfig(...) or None, got {config!r}")
+        _check_fleet("LocalCluster.fleet", fleet)
+        jobs_dir = _jobs_dir("LocalCluster.jobs_dir", jobs_dir)
+        _check_policy("LocalCluster.retry_policy", retry_policy)
         if config is not None:
             fleet, jobs_dir = fleet or config.fleet, jobs_dir or config.jobs_dir
             retry_policy = retry_policy or config.retry_policy

@@ -46,9 +46,9 @@ from fray_core.fleet import (  # noqa: F401
     PreemptSlice,
     Slice,
 )
-from fray_core.limits import MAX_FLEET_SLICES
+from fray_core.limits import MAX_FLEET_SLICES, check_flag, check_path, show_text
 from fray_core.runner import SliceLease
-from fray_core.tpu import get_tpu_spec, normalize_tpu_type
+from fray_core.tpu import get_tpu_spec
 
 __all__ = ["SimSlice", "TpuFleet", "parse_fleet"]
 
@@ -91,18 +91,30 @@ class _ThreadClock:
 def parse_fleet(text: str) -> dict[str, int]:
     """``"v4-16:2,v5litepod-4:4"`` -> ``{"v4-16": 2, "v5litepod-4": 4}`` (a missing count means 1)."""
     out: dict[str, int] = {}
+    shown = show_text(text)  # a spec of 5,000 characters is named, not repeated
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, count = part.partition(":")
-        get_tpu_spec(name)
         try:
-            n = int(count) if count else 1
-        except ValueError:
-            raise ValueError(f"fleet spec {text!r}: count of {name!r} must be an int, got {count!r}") from None
+            spec = get_tpu_spec(name)
+        except ValueError as e:  # the catalog's message (nearest types), and which spec it is in
+            raise ValueError(f"fleet spec {shown}: {e}") from None
+        digits = count.strip() or "1"
+        # ASCII digits only: int() also reads '²' and '-1', and raises its own message past 4,300 digits
+        if not (digits.isascii() and digits.isdigit()):
+            raise ValueError(
+                f"fleet spec {shown}: count of {name.strip()!r} must be an int >= 1, got {show_text(count)}"
+            )
+        if len(digits.lstrip("0")) > 30:
+            raise ValueError(
+                f"fleet spec {shown}: at most {MAX_FLEET_SLICES:,} slices of a type allowed, got a count of "
+                f"{len(digits):,} digits"
+            )
+        n = int(digits)
         if n < 1:
-            raise ValueError(f"fleet spec {text!r}: count of {name!r} must be >= 1, got {n}")
+            raise ValueError(f"fleet spec {shown}: count of {name.strip()!r} must be >= 1, got {n}")
         if n > MAX_FLEET_SLICES:  # checked before any slice is made: 10**8 of them would take minutes
-            raise ValueError(f"fleet spec {text!r}: at most {MAX_FLEET_SLICES:,} slices of a type allowed, got {n:,}")
-        out[normalize_tpu_type(name)] = out.get(normalize_tpu_type(name), 0) + n
+            raise ValueError(f"fleet spec {shown}: at most {MAX_FLEET_SLICES:,} slices of a type allowed, got {n:,}")
+        out[spec.name] = out.get(spec.name, 0) + n
     return out
 
 
@@ -174,6 +186,12 @@ class TpuFleet:
         quarantine_for: float = 1800.0,
         detection_delay: float = 0.0,
     ) -> None:
+        # checked here, naming the argument: the model checks its own (capacity, on_demand, fault_plan, ...);
+        # a state dir of the wrong kind failed only at the first host start, inside a job
+        check_flag("TpuFleet: clean_lockfiles", clean_lockfiles)
+        state_dir = check_path("TpuFleet: state_dir", state_dir)
+        if state_dir is not None and os.path.exists(state_dir) and not os.path.isdir(state_dir):
+            raise ValueError(f"TpuFleet: state_dir: expected a directory (made if missing), got the file {state_dir!r}")
         self._cond = threading.Condition(threading.RLock())
         self._clock = _ThreadClock(self._cond)
         self.clean_lockfiles = clean_lockfiles

@@ -18,12 +18,13 @@ from fray_core.cli.common import (
     at_least_one,
     check_default_jobs_dir,
     describe_os_error,
+    int_in,
     non_negative_float,
-    positive_int,
     probability,
     tpu_type,
 )
 from fray_core.cli.live import follow
+from fray_core.limits import MAX_FAULTS, MAX_REPLICAS, MAX_RETRIES, MAX_SECONDS, show_number
 from fray_local.fleet import FailHost, FaultPlan, PreemptSlice
 
 __all__ = ["add_parser", "cmd_sim", "sim_fault_plan", "sim_train"]
@@ -47,9 +48,24 @@ def sim_train(steps: int, step_time: float) -> str:
 def sim_fault_plan(
     slices: int, preemptions: int, failures: int, seed: int, chaos: float | None, steps: int = 6, step_time: float = 0.3
 ) -> tuple[FaultPlan, list[str]]:
-    """The fault plan of ``fray sim`` and a description of it, reproducible from ``seed``."""
+    """The fault plan of ``fray sim`` and a description of it, reproducible from ``seed``; a ValueError naming
+    the options when the plan would be too large (checked before any fault is made)."""
+    if preemptions + failures > MAX_FAULTS:  # an attempt each: FaultPlan's limit, said in the options' words
+        raise ValueError(
+            f"--preemptions + --failures: at most {MAX_FAULTS:,} faults allowed (an attempt each), got "
+            f"{preemptions + failures:,}"
+        )
+    # the faults' times are fractions of an attempt's steps: past MAX_SECONDS, deadlines no clock holds.
+    # Compared without the product: an int of 400 digits times a float raises OverflowError.
+    if step_time > 0 and steps > MAX_SECONDS / step_time:
+        raise ValueError(
+            f"--steps x --step-time: {show_number(steps)} x {step_time:g} s is more than {MAX_SECONDS:g} s per "
+            "attempt, the most allowed"
+        )
     if chaos is not None:
-        plan = FaultPlan.chaos(seed, chaos, max_slices=slices, horizon=0.9 * steps * step_time)
+        # a draw per slice per attempt, within FaultPlan's limit: fewer attempts of chaos for a huge fleet
+        attempts = min(50, MAX_FAULTS // max(1, slices))
+        plan = FaultPlan.chaos(seed, chaos, attempts=attempts, max_slices=slices, horizon=0.9 * steps * step_time)
         return plan, [f"chaos: each slice preempted with probability {chaos} per attempt (seed {seed})"]
     rng = random.Random(seed)
     faults: list[Any] = []
@@ -83,6 +99,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
     plan, desc = sim_fault_plan(
         args.slices, args.preemptions, args.failures, args.seed, args.chaos, args.steps, args.step_time
     )
+    budget = args.max_retries_preemption
+    if budget is None:
+        budget = 20 if args.chaos is not None else args.preemptions
+    # the request before the fleet and the cluster: one it refuses (10,000 x v4-4096 is too many hosts) is one
+    # line, with nothing made to clean up
+    request = JobRequest(
+        name=f"sim-{args.tpu}x{args.slices}",
+        entrypoint=Entrypoint(callable=sim_train, function_args={"steps": args.steps, "step_time": args.step_time}),
+        resources=ResourceConfig.with_tpu(args.tpu, slice_count=args.slices),
+        max_retries_preemption=budget,
+        max_retries_failure=args.failures,
+    )
     check_default_jobs_dir(spec)
     fleet = TpuFleet({args.tpu: args.slices}, fault_plan=plan)
     try:
@@ -92,16 +120,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise UsageError(
             f"cannot use the jobs dir: {describe_os_error(e)} (check FRAY_JOBS_DIR or --cluster 'local?jobs_dir=DIR')"
         ) from None
-    budget = args.max_retries_preemption
-    if budget is None:
-        budget = 20 if args.chaos is not None else args.preemptions
-    request = JobRequest(
-        name=f"sim-{args.tpu}x{args.slices}",
-        entrypoint=Entrypoint(callable=sim_train, function_args={"steps": args.steps, "step_time": args.step_time}),
-        resources=ResourceConfig.with_tpu(args.tpu, slice_count=args.slices),
-        max_retries_preemption=budget,
-        max_retries_failure=args.failures,
-    )
     hosts = request.resources.device.hosts  # type: ignore[union-attr]
     print(f"[fray] simulated fleet: {args.slices} x {args.tpu} ({hosts} host processes per slice)")
     for line in desc:
@@ -126,12 +144,23 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
         epilog=epilog,
     )
     p.add_argument("--tpu", metavar="TYPE", type=tpu_type, default="v4-16", help="TPU pod type (default v4-16)")
+    # counts within the limits of what they build (fray_core.limits), refused as the command line is read
     p.add_argument(
-        "--slices", metavar="N", type=at_least_one, default=2, help="slices of the job and of the fleet (default 2)"
+        "--slices",
+        metavar="N",
+        type=int_in(1, MAX_REPLICAS),
+        default=2,
+        help="slices of the job and of the fleet (default 2)",
     )
-    p.add_argument("--preemptions", metavar="N", type=positive_int, default=1, help="attempts to preempt (default 1)")
     p.add_argument(
-        "--failures", metavar="N", type=positive_int, default=0, help="attempts to fail after those (default 0)"
+        "--preemptions", metavar="N", type=int_in(0, MAX_FAULTS), default=1, help="attempts to preempt (default 1)"
+    )
+    p.add_argument(
+        "--failures",
+        metavar="N",
+        type=int_in(0, MAX_FAULTS),
+        default=0,
+        help="attempts to fail after those (default 0)",
     )
     p.add_argument(
         "--chaos",
@@ -144,6 +173,6 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter], epilog: str) -> None
     p.add_argument(
         "--step-time", metavar="SECONDS", type=non_negative_float, default=0.3, help="seconds per step (default 0.3)"
     )
-    p.add_argument("--max-retries-preemption", metavar="N", type=positive_int, help="default: --preemptions")
+    p.add_argument("--max-retries-preemption", metavar="N", type=int_in(0, MAX_RETRIES), help="default: --preemptions")
     add_cluster_option(p)
     p.set_defaults(func=cmd_sim)

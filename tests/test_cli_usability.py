@@ -846,3 +846,50 @@ def test_a_retry_budget_above_the_limit_is_one_line_exit_2(jobs: JobStore, capsy
     err = capsys.readouterr().err
     assert err.startswith("fray launch: error: JobRequest.max_retries_failure: at most 1,000,000 retries allowed, got")
     assert err.count("\n") == 1, err
+
+
+# ------------------------------------------------------------------------- fray sim: numbers refused up front
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # 1e10 s per step: accepted, then every host failed (a sleep past what the clock holds)
+        (["--preemptions", "0", "--step-time", "1e10"], "argument --step-time: expected a number >= 0 (at most 1e+09)"),
+        (["--step-time", "1e10"], "argument --step-time: expected a number >= 0 (at most 1e+09), got '1e10'"),
+        # a fault and an attempt each: a million of them were built (and listed) before the first attempt
+        (["--preemptions", "1000000"], "argument --preemptions: expected an int >= 0 (at most 100,000), got '1000000'"),
+        (["--failures", "100000000"], "argument --failures: expected an int >= 0 (at most 100,000), got '100000000'"),
+        (
+            ["--preemptions", "60000", "--failures", "60000"],
+            "--preemptions + --failures: at most 100,000 faults allowed (an attempt each), got 120,000",
+        ),
+        (
+            ["--steps", "100000", "--step-time", "1e5"],
+            "--steps x --step-time: 100000 x 100000 s is more than 1e+09 s per attempt, the most allowed",
+        ),
+        (
+            ["--steps", "9" * 500],  # an int of 500 digits times a float raised OverflowError
+            "--steps x --step-time: an int of 500 digits x 0.3 s is more than 1e+09 s per attempt, the most allowed",
+        ),
+        (["--slices", "20000"], "argument --slices: expected an int >= 1 (at most 10,000), got '20000'"),
+        (
+            ["--max-retries-preemption", "2000000"],
+            "argument --max-retries-preemption: expected an int >= 0 (at most 1,000,000), got '2000000'",
+        ),
+        (
+            ["--slices", "10000", "--tpu", "v4-4096"],  # refused before 10,000 slices are made
+            "ResourceConfig.replicas: 10,000 x v4-4096 is 5,120,000 host processes; at most 100,000 per job",
+        ),
+    ],
+)
+def test_sim_numbers_out_of_range_are_one_line_exit_2(
+    jobs: JobStore, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    start = time.monotonic()
+    assert main(["sim", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fray sim: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert time.monotonic() - start < 10
+    assert not os.path.isdir(jobs.root) or not os.listdir(jobs.root)  # nothing launched

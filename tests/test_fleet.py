@@ -44,7 +44,7 @@ def test_fleet_has_named_slices_with_hosts_from_the_catalog() -> None:
     fleet = TpuFleet({"v4-16": 2, "v5litepod-16": 1})
     assert [(s.name, s.hosts) for s in fleet.model.slices()] == [("v4-16-0", 2), ("v4-16-1", 2), ("v5litepod-16-0", 4)]
     assert fleet.model.capacity() == {"v4-16": 2, "v5litepod-16": 1}
-    with pytest.raises(ValueError, match="TpuConfig.type: unknown TPU type 'v4-3'"):
+    with pytest.raises(ValueError, match="^TpuFleet: capacity: unknown TPU type 'v4-3'"):  # the argument, named
         TpuFleet({"v4-3": 1})
 
 

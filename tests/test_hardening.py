@@ -19,8 +19,17 @@ from hypothesis import strategies as st
 
 from fray_core import ElasticConfig, Entrypoint, Goodput, GpuConfig, JobRequest, JobStatus, ResourceConfig, TpuConfig
 from fray_core.context import LocalJobContext
-from fray_core.fleet import DirtyHost, DropCapacity, FailHost, Fleet, PreemptSlice
-from fray_core.limits import MAX_FLEET_SLICES, MAX_HOSTS_PER_JOB, MAX_NAME_LENGTH, MAX_REPLICAS, MAX_RETRIES
+from fray_core.fleet import DirtyHost, DropCapacity, FailHost, FaultPlan, Fleet, PreemptSlice
+from fray_core.limits import (
+    MAX_CPUS,
+    MAX_FAULTS,
+    MAX_FLEET_SLICES,
+    MAX_GPUS,
+    MAX_HOSTS_PER_JOB,
+    MAX_NAME_LENGTH,
+    MAX_REPLICAS,
+    MAX_RETRIES,
+)
 from fray_core.runner import GangRunner, RetryPolicy
 from fray_core.testing import FakeClock, HostScript, InMemorySliceProvider
 from fray_local import LocalCluster, TpuFleet
@@ -169,15 +178,20 @@ FIELDS = {
     "PreemptSlice.restore_after": lambda v: PreemptSlice(attempt=0, restore_after=v),  # None: gone for good
     "FailHost.host_index": lambda v: FailHost(attempt=0, host_index=v),
     "DropCapacity.duration": lambda v: DropCapacity(attempt=0, tpu_type="v4-16", to=0, duration=v),
+    "DropCapacity.to": lambda v: DropCapacity(attempt=0, tpu_type="v4-16", to=v),
     "DirtyHost.attempt": lambda v: DirtyHost(attempt=v),
     "quarantine_window": lambda v: Fleet(quarantine_window=v),
     "quarantine_for": lambda v: Fleet(quarantine_for=v),
     "waiter_ttl": lambda v: Fleet(waiter_ttl=v),
     "min_count": lambda v: Fleet(min_count=v),
+    "detection_delay": lambda v: Fleet(detection_delay=v),  # 1e300 was accepted
+    "FaultPlan.chaos: rate": lambda v: FaultPlan.chaos(seed=1, rate=v),
+    "FaultPlan.chaos: attempts": lambda v: FaultPlan.chaos(seed=1, rate=0.5, attempts=v),
+    "FaultPlan.chaos: max_slices": lambda v: FaultPlan.chaos(seed=1, rate=0.5, max_slices=v),
+    "FaultPlan.chaos: horizon": lambda v: FaultPlan.chaos(seed=1, rate=0.5, horizon=v),
 }
 NONE_ALLOWED = {"PreemptSlice.restore_after", "JobRequest.stall_timeout", "JobRequest.startup_timeout"}
 UNBOUNDED_ABOVE = {
-    "ResourceConfig.cpu",
     "FailHost.host_index",
     "DirtyHost.attempt",
 }
@@ -253,8 +267,8 @@ def test_an_int_too_large_for_a_float_is_out_of_range_naming_the_field(value: in
         except (ValueError, TypeError) as e:
             assert field in str(e) and len(str(e)) < 300 and "\n" not in str(e), (field, str(e))
         else:
-            # an int field without an upper bound takes it (GpuConfig.count: 1e300 is refused as a float)
-            assert field in {"FailHost.host_index", "DirtyHost.attempt", "GpuConfig.count"} and value > 0, field
+            # an int field without an upper bound takes it
+            assert field in UNBOUNDED_ABOVE and value > 0, field
 
 
 @pytest.mark.parametrize("field", ["max_retries_failure", "max_retries_preemption"])
@@ -365,6 +379,32 @@ def test_good_timeouts_still_work(cluster: LocalCluster) -> None:
         (lambda: ResourceConfig(device=TpuConfig(type="v4-4096"), replicas=1000), "host processes; at most 100,000"),
         (lambda: JobRequest(name="n" * 20_000_000, entrypoint=_entry()), "JobRequest.name: at most 1024 characters"),
         (lambda: TpuFleet({"v4-16": 99_999_999}), "at most 10,000 slices of v4-16"),
+        (lambda: TpuFleet({"v4-16": 10**5000}), "at most 10,000 slices of v4-16 .* asked for an int of about 5,001"),
+        # 10**9 draws: 90 s before the limit; the faults of one plan, or the draws of chaos, at most MAX_FAULTS
+        (
+            lambda: FaultPlan.chaos(seed=1, rate=0.0, attempts=100_000, max_slices=10_000),
+            r"^FaultPlan\.chaos: attempts x max_slices is 100,000 x 10,000 = 1,000,000,000 draws; at most 100,000",
+        ),
+        (
+            lambda: FaultPlan([PreemptSlice(attempt=0)] * (MAX_FAULTS + 1)),
+            r"^FaultPlan\.faults: at most 100,000 faults allowed, got 100,001$",
+        ),
+        (
+            lambda: GpuConfig(count=10**30),
+            r"^GpuConfig\.count: at most 1,024 GPUs per process allowed, got an int of 31",
+        ),
+        (
+            lambda: GpuConfig(count=MAX_GPUS + 1),
+            r"^GpuConfig\.count: at most 1,024 GPUs per process allowed, got 1025$",
+        ),
+        (
+            lambda: ResourceConfig(cpu=1e300),
+            r"^ResourceConfig\.cpu: at most 100,000 CPUs per process allowed, got 1e\+300",
+        ),
+        (
+            lambda: GpuConfig(type="A" * 20_000_000),
+            r"^GpuConfig\.type: at most 1024 characters allowed, got 20,000,000",
+        ),
     ],
 )
 def test_sizes_and_names_above_the_limits_fail_at_once(make: object, message: str) -> None:
@@ -387,6 +427,41 @@ def test_sizes_at_the_limits_are_accepted() -> None:
             fleet.model.add_slices("v4-16", 1)
     finally:
         fleet.close()
+    assert len(FaultPlan([PreemptSlice(attempt=0)] * MAX_FAULTS).faults) == MAX_FAULTS
+    assert len(FaultPlan.chaos(seed=1, rate=1.0, attempts=MAX_FAULTS // 8, max_slices=8).faults) == MAX_FAULTS
+    assert GpuConfig(count=MAX_GPUS).count == MAX_GPUS
+    assert ResourceConfig(cpu=MAX_CPUS).cpu == MAX_CPUS
+
+
+def test_a_fault_plan_reads_no_more_of_a_generator_than_its_limit() -> None:
+    """``FaultPlan(generator)`` was ``tuple(generator)``: an endless one never returned."""
+    read = 0
+
+    def faults() -> Iterator[PreemptSlice]:
+        nonlocal read
+        for _ in range(10 * MAX_FAULTS):
+            read += 1
+            yield PreemptSlice(attempt=0)
+
+    with pytest.raises(ValueError, match=r"^FaultPlan\.faults: at most 100,000 faults allowed, got more$"):
+        FaultPlan(faults())
+    assert read == MAX_FAULTS + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(attempts=st.integers(0, 2 * MAX_FAULTS), max_slices=st.integers(0, 2 * MAX_FLEET_SLICES))
+def test_chaos_is_refused_exactly_when_its_plan_could_exceed_the_limit(attempts: int, max_slices: int) -> None:
+    """Accepted iff every fault it may draw (one per slice per attempt, ``rate=1``) fits in one plan."""
+    fits = attempts * max_slices <= MAX_FAULTS and attempts <= MAX_FAULTS and max_slices <= MAX_FLEET_SLICES
+    start = time.monotonic()
+    try:
+        plan = FaultPlan.chaos(seed=0, rate=0.0, attempts=attempts, max_slices=max_slices)
+    except ValueError as e:
+        assert not fits, str(e)
+        assert str(e).startswith("FaultPlan.chaos: ") and "at most" in str(e) and "\n" not in str(e), str(e)
+    else:
+        assert fits and plan.faults == ()
+    assert time.monotonic() - start < 5.0
 
 
 def test_a_busy_poll_interval_and_a_huge_session_name_are_refused(cluster: LocalCluster) -> None:
@@ -730,6 +805,11 @@ def test_the_limits_at_a_glance_say_what_the_code_does() -> None:
         ("MAX_FLEET_SLICES", limits.MAX_FLEET_SLICES, 10_000, "| 10,000 |"),
         ("MAX_NAME_LENGTH", limits.MAX_NAME_LENGTH, 1024, "| 1,024 |"),
         ("MAX_SECONDS", limits.MAX_SECONDS, 1e9, "| 1e9 s"),
+        ("MAX_RETRIES", limits.MAX_RETRIES, 1_000_000, "| 1,000,000 |"),
+        ("MAX_CPUS", limits.MAX_CPUS, 100_000, "| 100,000 |"),
+        ("MAX_GPUS", limits.MAX_GPUS, 1024, "| 1,024 |"),
+        ("MAX_FAULTS", limits.MAX_FAULTS, 100_000, "| 100,000 |"),
+        ("GUARDIAN_SILENCE", _proc.GUARDIAN_SILENCE, 30.0, "| 30 s |"),
         ("MIN_POLL_INTERVAL", limits.MIN_POLL_INTERVAL, 0.01, "| at least 0.01 s |"),
         ("MAX_SIZE", request.MAX_SIZE, 1024 << 50, "| 1024p (1 EiB) |"),
         ("MAX_RECORD_BYTES", records.MAX_RECORD_BYTES, 16 * mib, "| 16 MiB |"),

@@ -126,6 +126,54 @@ def test_topology_must_match_the_chip_count() -> None:
         TpuConfig(type="v4-16", topology="2x2x4")
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@st.composite
+def _shapes(draw: st.DrawFn) -> tuple[str, list[int]]:
+    """A catalog type and sides whose product is its chips, of 2 or 3 dimensions (either, whatever the type)."""
+    spec = TPU_CATALOG[draw(st.sampled_from(sorted(TPU_CATALOG)))]
+    a = draw(st.sampled_from(_divisors(spec.chips)))
+    if draw(st.booleans()):
+        return spec.name, [a, spec.chips // a]
+    b = draw(st.sampled_from(_divisors(spec.chips // a)))
+    return spec.name, [a, b, spec.chips // a // b]
+
+
+@given(_shapes())
+def test_a_topology_is_accepted_exactly_when_it_has_the_generations_dimensions(shape: tuple[str, list[int]]) -> None:
+    """v4, v5p and v7x slices are 3-D tori, v5litepod and v6e 2-D: ``TpuConfig("v4-16", topology="2x4")`` has
+    the right chips but is no v4 slice (on Ray no slice carries that label: the job waited for ever)."""
+    name, sides = shape
+    spec = get_tpu_spec(name)
+    topology = "x".join(map(str, sides))
+    if len(sides) == (3 if spec.generation in ("v4", "v5p", "v7x") else 2):
+        assert TpuConfig(type=name, topology=topology).resolved_topology == topology
+        return
+    with pytest.raises(ValueError) as e:
+        TpuConfig(type=name, topology=topology)
+    assert str(e.value) == (
+        f"TpuConfig.topology: {topology!r} has {len(sides)} sides but {spec.generation} slices are "
+        f"{spec.dimensions}-D: expected {spec.dimensions} sides whose product is {name}'s {spec.chips} chips, like "
+        f"{spec.topology!r} (its default)"
+    )
+
+
+def test_a_topology_of_the_wrong_dimension_names_the_shapes_allowed() -> None:
+    with pytest.raises(ValueError, match=r"^TpuConfig\.topology: '2x4' has 2 sides but v4 slices are 3-D: .*'2x2x2'"):
+        TpuConfig(type="v4-16", topology="2x4")
+    with pytest.raises(ValueError, match=r"'2x2x2' has 3 sides but v5litepod slices are 2-D: .* like '2x4'"):
+        TpuConfig(type="v5e-8", topology="2x2x2")
+    assert TpuConfig(type="v4-256", topology="4x8x4").resolved_topology == "4x8x4"  # any order, as Ray takes it
+
+
+def test_a_topology_with_a_leading_zero_is_refused() -> None:
+    """``'02x2x2'`` has v4-16's 8 chips, but no slice is labelled with it: on Ray the job waited for ever."""
+    with pytest.raises(ValueError, match=r"^TpuConfig\.topology: .*without leading zeros.*, got '02x2x2'$"):
+        TpuConfig(type="v4-16", topology="02x2x2")
+
+
 @pytest.mark.parametrize(
     "bad",
     ["v4-\u00b2", "v4-\u0661\u0666", "v4-" + "1" * 400, "v4-" + "1" * 5000, "x" * 5000],

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fray_core.cli.output import safe
 from fray_core.errors import ResultUnavailableError
+from fray_core.limits import MAX_SECONDS, show_text
 
 if TYPE_CHECKING:
     from fray_core.cluster import Cluster
@@ -24,6 +25,7 @@ __all__ = [
     "probability",
     "non_negative_float",
     "at_least_one",
+    "int_in",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -206,13 +208,14 @@ def tpu_type(text: str) -> str:
 
 
 def _number(text: str, kind: type, ok: Callable[[Any], bool], expected: str) -> Any:
-    """``kind(text)`` when it parses and ``ok`` accepts it, else an argparse error naming what is expected."""
+    """``kind(text)`` when it parses and ``ok`` accepts it, else an argparse error naming what is expected (and
+    the text given, cut when long: 5,000 digits are named, not repeated)."""
     try:
         value = kind(text)
     except ValueError:
         value = None
     if value is None or not ok(value):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {show_text(text)}")
     return value
 
 
@@ -226,9 +229,32 @@ def positive_int(text: str) -> int:
     return _number(text, int, lambda n: n >= 0, "an int >= 0")
 
 
+def int_in(minimum: int, maximum: int) -> Callable[[str], int]:
+    """The argument type of an int in ``[minimum, maximum]``: a count with a limit (``fray_core.limits``) is
+    refused as the command line is read, naming the option, instead of by a constructor deep inside.
+
+    >>> int_in(0, 100_000)("7")
+    7
+    """
+
+    def parse(text: str) -> int:
+        value = _number(text, int, lambda n: n >= minimum, f"an int >= {minimum}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected an int >= {minimum} (at most {maximum:,}), got {show_text(text)}"
+            )
+        return value
+
+    return parse
+
+
 def non_negative_float(text: str) -> float:
-    """A finite float >= 0 (seconds)."""
-    return _number(text, float, lambda x: 0 <= x < float("inf"), "a number >= 0")
+    """A number of seconds: finite, >= 0 and at most :data:`~fray_core.limits.MAX_SECONDS` (more overflows a
+    sleep or a deadline inside, far from the option)."""
+    value = _number(text, float, lambda x: 0 <= x < float("inf"), "a number >= 0")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (at most {MAX_SECONDS:g}), got {show_text(text)}")
+    return value
 
 
 def probability(text: str) -> float:
