@@ -227,6 +227,9 @@ class TpuConfig:
                 f"TpuConfig.topology: {value!r} has {n} chips but {self.type} has {spec.chips} "
                 f"(default topology {spec.topology})"
             )
+        if not spec.offers(value):
+            # the right chips in a shape no slice has (v4-128 as 2x4x8): on Ray no slice is labelled with it
+            raise ValueError(f"TpuConfig.topology: {value!r} is no shape of a {self.type} slice: {spec.shapes()}")
 
     @property
     def spec(self) -> TpuSpec:

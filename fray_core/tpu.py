@@ -42,6 +42,47 @@ class TpuSpec:
         """
         return self.topology.count("x") + 1
 
+    def offers(self, topology: str) -> bool:
+        """Whether a slice of this type can have ``topology`` (sides joined by ``x``, their product this type's
+        chips): its default; for v4 and v5p of 64 chips and more, any torus whose sides are multiples of 4
+        within the generation's (in that order, as Ray's topology table has them); for v5litepod and v6e of
+        16 chips, also a 2x8 strip. Any other shape is no slice GCP makes, so no slice on Ray is labelled
+        with it: a job asking for it would wait forever.
+
+        >>> spec = get_tpu_spec("v4-128")
+        >>> spec.offers("4x4x4"), spec.offers("2x4x8"), get_tpu_spec("v4-256").offers("4x8x4")
+        (True, False, True)
+        """
+        if topology == self.topology:
+            return True
+        sides = tuple(int(d) for d in topology.split("x"))
+        if math.prod(sides) != self.chips:
+            return False
+        if len(sides) == 2:
+            return self.chips == 16 and topology == "2x8" and self.generation in _STRIP_GENERATIONS
+        limits = _TORUS_SIDES.get(self.generation)
+        return (
+            limits is not None and self.chips >= 64 and all(d % 4 == 0 and d <= most for d, most in zip(sides, limits))
+        )
+
+    def shapes(self) -> str:
+        """The shapes :meth:`offers` takes, in words (for an error message).
+
+        >>> get_tpu_spec("v4-256").shapes()
+        "sides multiples of 4, at most 12x12x16 in that order, whose product is 128 chips, like '4x4x8'"
+        """
+        if self.dimensions == 2:
+            strip = self.chips == 16 and self.generation in _STRIP_GENERATIONS
+            return f"{self.topology!r} or '2x8'" if strip else f"{self.topology!r} only"
+        limits = _TORUS_SIDES.get(self.generation)
+        default = [int(d) for d in self.topology.split("x")]
+        if limits is None or self.chips < 64 or any(d > most for d, most in zip(default, limits)):
+            return f"{self.topology!r} only"  # (v4-4096, past v4's sides, has no other shape within them)
+        most = "x".join(map(str, limits))
+        return f"sides multiples of 4, at most {most} in that order, whose product is {self.chips} chips, like " + (
+            f"{self.topology!r}"
+        )
+
     @property
     def accelerator_resource(self) -> str:
         """Ray's ``accelerator_type:TPU-V4`` style resource name."""
@@ -77,6 +118,8 @@ def _topology_2d(chips: int) -> str:
 # (tests/test_tpu_catalog.py compares them). v4-4096 (8x16x16) is past v4's sides: GCP offers it, Ray's table
 # stops at 12x12x16 (a deliberate difference).
 _TORUS_SIDES: dict[str, tuple[int, int, int]] = {"v4": (12, 12, 16), "v5p": (16, 16, 24)}
+# 2-D generations whose 16 chips may also be a 2x8 strip (Ray 2.60's table), besides the default 4x4
+_STRIP_GENERATIONS = frozenset({"v5litepod", "v6e"})
 
 
 def _tori(max_sides: tuple[int, int, int]) -> dict[int, str]:

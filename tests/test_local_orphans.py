@@ -29,25 +29,29 @@ pytestmark = pytest.mark.skipif(not _proc.LINUX, reason="the sweep reads /proc (
 # ------------------------------------------------------------------------------- the job (runs in the worker)
 
 
-def orphaning_job(pid_dir: str, stop_guardian: bool, hold: float = 300.0) -> str:
-    """Double-fork a ``setsid`` grandchild (``sleep``), write its pid and the guardian's, then wait ``hold``
-    seconds and return; with ``stop_guardian``, SIGSTOP the guardian (our parent) first."""
-    import os
-    import signal
-    import time
-
+def setsid_grandchild(pid_file: str) -> None:
+    """Double-fork a ``sleep 300`` that called ``setsid`` (outside the guardian's process group, reparented to
+    init) and write its pid to ``pid_file``."""
     from fray_core.testing.conformance import write_whole
 
-    guardian = os.getppid()
     middle = os.fork()
     if middle == 0:
         os.setsid()
         child = os.fork()
         if child == 0:
             os.execvp("sleep", ["sleep", "300"])
-        write_whole(os.path.join(pid_dir, "orphan"), str(child))
+        write_whole(pid_file, str(child))
         os._exit(0)
     os.waitpid(middle, 0)
+
+
+def orphaning_job(pid_dir: str, stop_guardian: bool, hold: float = 300.0) -> str:
+    """Double-fork a ``setsid`` grandchild (``sleep``), write its pid and the guardian's, then wait ``hold``
+    seconds and return; with ``stop_guardian``, SIGSTOP the guardian (our parent) first."""
+    from fray_core.testing.conformance import write_whole
+
+    guardian = os.getppid()
+    setsid_grandchild(os.path.join(pid_dir, "orphan"))
     if stop_guardian:
         os.kill(guardian, signal.SIGSTOP)
     write_whole(os.path.join(pid_dir, "guardian"), str(guardian))
@@ -58,20 +62,7 @@ def orphaning_job(pid_dir: str, stop_guardian: bool, hold: float = 300.0) -> str
 def lifecycle_job(pid_dir: str, hold: float) -> str:
     """A short host: a ``setsid`` grandchild (its pid in ``orphan-a<attempt>``), ``hold`` seconds of work, a
     result."""
-    import os
-    import time
-
-    from fray_core.testing.conformance import write_whole
-
-    middle = os.fork()
-    if middle == 0:
-        os.setsid()
-        child = os.fork()
-        if child == 0:
-            os.execvp("sleep", ["sleep", "300"])
-        write_whole(os.path.join(pid_dir, f"orphan-a{os.environ['FRAY_ATTEMPT']}"), str(child))
-        os._exit(0)
-    os.waitpid(middle, 0)
+    setsid_grandchild(os.path.join(pid_dir, f"orphan-a{os.environ['FRAY_ATTEMPT']}"))
     time.sleep(hold)
     return "done"
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,13 @@ def _env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
+
+
+def _script_result(argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run a script that ends by printing its findings as one JSON line; that line, parsed."""
+    r = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def job_processes(job_id: str) -> list[int]:
@@ -316,15 +324,7 @@ cluster.close()
 
 def test_log_that_cannot_be_written_fails_the_job(tmp_path: Path) -> None:
     """A file-size limit hit while writing the job log: the job FAILS saying so (it does not hang)."""
-    r = subprocess.run(
-        [sys.executable, "-c", FULL_LOG, str(tmp_path / "jobs")],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _script_result([sys.executable, "-c", FULL_LOG, str(tmp_path / "jobs")], timeout=120)
     assert out["status"] == "FAILED", out
     assert "cannot write job log: OSError: [Errno 27] File too large" in out["error"], out
 
@@ -381,15 +381,7 @@ def test_a_full_tmpdir_when_a_host_starts_fails_the_job_at_once_naming_the_cause
     as a preemption and retried for the whole preemption budget: PENDING for ~8 minutes."""
     tmp = tmp_path / "tmpfs"
     prefix = _in_a_mount_namespace(tmp)
-    r = subprocess.run(
-        [*prefix, sys.executable, "-c", FULL_TMPDIR, str(tmp_path / "jobs"), str(tmp)],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _script_result([*prefix, sys.executable, "-c", FULL_TMPDIR, str(tmp_path / "jobs"), str(tmp)], timeout=180)
     assert out["status"] == "FAILED", out
     assert out["preemptions"] == 0 and out["failures"] == 1 and out["attempts"] == 1, out
     assert "no space left on device" in out["error"] and str(tmp) in out["error"], out

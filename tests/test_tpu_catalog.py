@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from fray_core.request import TpuConfig
 from fray_core.tpu import TPU_CATALOG, TPU_GENERATIONS, TpuSpec, get_tpu_spec, normalize_tpu_type
 
 pytest.importorskip("ray")
@@ -86,6 +87,34 @@ def test_every_pod_type_both_know_agrees() -> None:
             problems.append(
                 f"{name}: hosts x chips: fray {spec.hosts} x {spec.chips_per_host}, ray {hosts} x {per_host['TPU']}"
             )
+    assert problems == []
+
+
+def _shapes(chips: int, dims: int) -> list[str]:
+    """Every ordered way to write ``chips`` as ``dims`` sides."""
+    if dims == 1:
+        return [str(chips)]
+    return [f"{a}x{rest}" for a in range(1, chips + 1) if chips % a == 0 for rest in _shapes(chips // a, dims - 1)]
+
+
+def test_a_topology_is_taken_exactly_when_ray_has_that_shape_for_the_type() -> None:
+    """``TpuConfig(type, topology)`` is made for every shape Ray's table gives the type and refused, naming
+    the shapes, for every other way to write its chips in its dimensions (v4-128 as 2x4x8, v5litepod-16 as
+    8x2): on Ray no slice is labelled with such a shape, so a job asking for it would wait forever. The pod
+    types only Fray knows take their default only."""
+    ray_types = ray_pod_types()
+    problems: list[str] = []
+    for name, spec in TPU_CATALOG.items():
+        offered = ray_types.get(name, {spec.topology})
+        for shape in _shapes(spec.chips, spec.dimensions):
+            try:
+                TpuConfig(type=name, topology=shape)
+                taken = True
+            except ValueError as e:
+                taken = False
+                assert str(e).startswith(f"TpuConfig.topology: {shape!r} is no shape of a {name} slice: "), str(e)
+            if taken != (shape in offered):
+                problems.append(f"{name} {shape}: fray {'takes' if taken else 'refuses'} it, ray's table does not")
     assert problems == []
 
 
