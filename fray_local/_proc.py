@@ -17,8 +17,9 @@ Elsewhere the guardian falls back to polling the supervisor's pid and killing th
 
 The supervisor watches its guardians in turn: each guardian writes a byte to a pipe of its own (``BEAT_ENV``
 names the fd) at least every ``BEAT_INTERVAL``, and only the guardian holds the pipe's write end, so its end is
-EOF there. A guardian that sent nothing for ``GUARDIAN_SILENCE`` seconds (stopped by SIGSTOP, frozen) can no
-longer reap its worker, tear its host down or report its end: the host would stay RUNNING with no deadline. The
+EOF there. A guardian that sent nothing for ``GUARDIAN_SILENCE`` seconds and is stopped (SIGSTOP, a debugger),
+or for ``GUARDIAN_SILENCE_MAX`` seconds whatever its state (frozen, or too starved to run), can no longer reap
+its worker, tear its host down or report its end: the host would stay RUNNING with no deadline. The
 supervisor then kills the host itself (the guardian's process group, the guardian, then the run's sweep) and
 the host ends FAILED, saying so (``HostProcess.unresponsive``).
 
@@ -92,6 +93,12 @@ RUN_ENV = "FRAY_SUPERVISOR_RUN"
 BEAT_ENV = "FRAY_SUPERVISOR_BEAT_FD"  # FRAY_SUPERVISOR_*: internal (docs/configuration.md)
 BEAT_INTERVAL = 1.0
 GUARDIAN_SILENCE = 30.0
+# A silent guardian that is not stopped (runnable or asleep) is a slow one, not a dead one: a thousand hosts
+# started at once on two cores take their interpreters' start-up in turns (~0.1 CPU-s each: ~50 s), and a
+# false alarm would charge the user's failure budget for the machine's load. Such a guardian is killed only
+# after this much silence; a stopped one (T, t) after GUARDIAN_SILENCE.
+GUARDIAN_SILENCE_MAX = 600.0
+_STOPPED_STATES = frozenset("Tt")
 # A sweep repeats (a fork in flight when its parent was killed is found by the next scan) until a scan finds
 # nothing, at most this many times.
 _SWEEP_ROUNDS = 25
@@ -419,11 +426,16 @@ class HostProcess:
         try:
             while True:
                 silent = time.monotonic() - last
-                if silent >= GUARDIAN_SILENCE:
-                    if self.proc.poll() is None:  # not merely ended between two looks
+                wait = GUARDIAN_SILENCE - silent
+                if wait <= 0:
+                    if self.proc.poll() is not None:  # merely ended between two looks
+                        return
+                    fields = stat_fields(self.proc.pid)  # our unreaped child: the pid is still the guardian's
+                    if (fields is not None and fields[0] in _STOPPED_STATES) or silent >= GUARDIAN_SILENCE_MAX:
                         self._kill_unresponsive(silent)
-                    return
-                if not poller.poll(max(1, int((GUARDIAN_SILENCE - silent) * 1000))):
+                        return
+                    wait = min(BEAT_INTERVAL, GUARDIAN_SILENCE_MAX - silent)  # slow, not stopped: look again
+                if not poller.poll(max(1, int(wait * 1000))):
                     continue
                 try:
                     data = os.read(fd, 4096)

@@ -195,6 +195,20 @@ def test_a_worker_that_returns_while_its_guardian_is_stopped_ends_the_job_with_t
             _kill(*pids["orphan"], signal.SIGKILL)
 
 
+def test_a_silent_guardian_that_is_not_stopped_is_slow_not_dead(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guardian that sends no beat but runs (a machine so loaded that a thousand hosts' interpreters start in
+    turns) is left alone past ``GUARDIAN_SILENCE``: killing it would charge the failure budget for the load.
+    The beat pipe goes by a name the guardian does not read, so it never beats (and is asleep, state S)."""
+    monkeypatch.setattr(_proc, "GUARDIAN_SILENCE", 0.5)
+    monkeypatch.setattr(_proc, "BEAT_ENV", "FRAY_TEST_BEAT_FD_UNREAD")
+    job_id = cluster.launch(JobRequest(name="quiet", entrypoint=Entrypoint(callable=time.sleep, args=(2.5,))))
+    info = cluster.wait(job_id, timeout=60)
+    assert info.status is JobStatus.SUCCEEDED, info.error
+    assert info.failures == 0 and "GuardianUnresponsive" not in Path(cluster.store.log_path(job_id)).read_text()
+
+
 # ------------------------------------------------------------- kill -9 of the guardian at a random instant
 
 #: the seed of the random instants (printed; FRAY_TEST_SEED=<seed> replays a run)
