@@ -7,12 +7,14 @@ group, so only the supervisor's sweep of the host run's mark (``fray_local._proc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,10 +107,12 @@ def _marked(tokens: list[str]) -> list[int]:
     ]
 
 
-def _launch(
+@contextlib.contextmanager
+def _launched(
     cluster: LocalCluster, pid_dir: Path, stop_guardian: bool, hold: float = 300.0
-) -> tuple[str, dict[str, tuple[int, int | None]]]:
-    """Launch the job and wait until it wrote both pids: ``{name: (pid, start ticks)}``."""
+) -> Iterator[tuple[str, dict[str, tuple[int, int | None]]]]:
+    """Launch the job and wait until it wrote both pids: yields the job id and ``{name: (pid, start ticks)}``;
+    afterwards kills whichever of them is left (a stopped guardian is continued first)."""
     request = JobRequest(
         name="orphans",
         entrypoint=Entrypoint(
@@ -116,22 +120,26 @@ def _launch(
             function_args={"pid_dir": str(pid_dir), "stop_guardian": stop_guardian, "hold": hold},
         ),
     )
-    job_id = cluster.launch(request)
-    helpers.wait_for(lambda: (pid_dir / "guardian").exists(), 60, "the job to start its grandchild", interval=0.02)
-    pids = {}
-    for name in ("orphan", "guardian"):
-        pid = int((pid_dir / name).read_text())
-        pids[name] = (pid, start_ticks(pid))
-    return job_id, pids
+    pids: dict[str, tuple[int, int | None]] = {}
+    try:
+        job_id = cluster.launch(request)
+        helpers.wait_for(lambda: (pid_dir / "guardian").exists(), 60, "the job to start its grandchild", interval=0.02)
+        for name in ("orphan", "guardian"):
+            pid = int((pid_dir / name).read_text())
+            pids[name] = (pid, start_ticks(pid))
+        yield job_id, pids
+    finally:
+        if "guardian" in pids:
+            _kill(*pids["guardian"], signal.SIGCONT, signal.SIGKILL)
+        if "orphan" in pids:
+            _kill(*pids["orphan"], signal.SIGKILL)
 
 
 # -------------------------------------------------------------------------------------------------- tests
 
 
 def test_a_setsid_grandchild_dies_when_the_guardian_is_sigkilled(cluster: LocalCluster, tmp_path: Path) -> None:
-    pids: dict[str, tuple[int, int | None]] = {}
-    try:
-        job_id, pids = _launch(cluster, tmp_path, stop_guardian=False)
+    with _launched(cluster, tmp_path, stop_guardian=False) as (job_id, pids):
         orphan, guardian = pids["orphan"], pids["guardian"]
         session = {pid: (stat_fields(pid) or ["", "", "", ""])[3] for pid in (orphan[0], guardian[0])}
         assert _alive(*orphan) and session[orphan[0]] != session[guardian[0]]  # outside the guardian's group
@@ -140,29 +148,19 @@ def test_a_setsid_grandchild_dies_when_the_guardian_is_sigkilled(cluster: LocalC
         info = cluster.wait(job_id, timeout=60)
         assert info.status == JobStatus.FAILED and "SIGKILL" in (info.error or ""), info.error
         helpers.wait_for(lambda: not _alive(*orphan), 5, f"the orphaned grandchild {orphan[0]} to be killed")
-    finally:
-        for pid, born in pids.values():
-            _kill(pid, born, signal.SIGKILL)
 
 
 def test_a_setsid_grandchild_dies_when_a_stopped_guardian_is_terminated(
     cluster: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_proc, "TEARDOWN_GRACE", 1.0)  # the stopped guardian's group is killed after 1 s
-    pids: dict[str, tuple[int, int | None]] = {}
-    try:
-        job_id, pids = _launch(cluster, tmp_path, stop_guardian=True)
+    with _launched(cluster, tmp_path, stop_guardian=True) as (job_id, pids):
         orphan, guardian = pids["orphan"], pids["guardian"]
         helpers.wait_for(lambda: (stat_fields(guardian[0]) or ["?"])[0] == "T", 10, "the guardian to be stopped")
         cluster.terminate(job_id)
         info = cluster.wait(job_id, timeout=60)
         assert info.status == JobStatus.STOPPED, info
         helpers.wait_for(lambda: not _alive(*orphan), 5, f"the orphaned grandchild {orphan[0]} to be killed")
-    finally:
-        if "guardian" in pids:
-            _kill(*pids["guardian"], signal.SIGCONT, signal.SIGKILL)
-        if "orphan" in pids:
-            _kill(*pids["orphan"], signal.SIGKILL)
 
 
 def test_a_worker_that_returns_while_its_guardian_is_stopped_ends_the_job_with_the_reason(
@@ -172,9 +170,7 @@ def test_a_worker_that_returns_while_its_guardian_is_stopped_ends_the_job_with_t
     hears no beat from the guardian for ``GUARDIAN_SILENCE`` seconds, kills the host and sweeps its run: the job
     ends FAILED saying so (not RUNNING until someone terminates it), on the failure budget, nothing left."""
     monkeypatch.setattr(_proc, "GUARDIAN_SILENCE", 2.0)
-    pids: dict[str, tuple[int, int | None]] = {}
-    try:
-        job_id, pids = _launch(cluster, tmp_path, stop_guardian=True, hold=0.0)
+    with _launched(cluster, tmp_path, stop_guardian=True, hold=0.0) as (job_id, pids):
         orphan, guardian = pids["orphan"], pids["guardian"]
         tokens = _run_tokens(cluster, job_id)
         info = cluster.wait(job_id, timeout=_proc.GUARDIAN_SILENCE + 30)  # was: RUNNING for ever
@@ -188,11 +184,6 @@ def test_a_worker_that_returns_while_its_guardian_is_stopped_ends_the_job_with_t
         helpers.wait_for(lambda: not _marked(tokens), 5, "no process to carry the run's mark")
         log = Path(cluster.store.log_path(job_id)).read_text()
         assert "[fray] GuardianUnresponsive" in log, log
-    finally:
-        if "guardian" in pids:
-            _kill(*pids["guardian"], signal.SIGCONT, signal.SIGKILL)
-        if "orphan" in pids:
-            _kill(*pids["orphan"], signal.SIGKILL)
 
 
 def test_a_silent_guardian_that_is_not_stopped_is_slow_not_dead(
