@@ -50,7 +50,6 @@ from fray_core.errors import Unschedulable
 from fray_core.limits import (
     MAX_FAULTS,
     MAX_FLEET_SLICES,
-    MAX_SECONDS,
     check_flag,
     check_name,
     check_number,
@@ -432,17 +431,7 @@ class Fleet:
         # plan when an attempt started, a capacity of the wrong kind as an AttributeError).
         if not isinstance(name, str):
             raise TypeError(f"Fleet.name: expected a str, got {name!r}")
-        if (
-            isinstance(detection_delay, bool)
-            or not isinstance(detection_delay, (int, float))
-            or not (0.0 <= detection_delay < float("inf"))
-        ):
-            raise ValueError(f"{name}: detection_delay must be seconds >= 0, got {show_number(detection_delay)}")
-        if detection_delay > MAX_SECONDS:
-            raise ValueError(
-                f"{name}: detection_delay must be seconds >= 0, got {show_number(detection_delay)} "
-                f"(at most {MAX_SECONDS:g})"
-            )
+        detection_delay = check_seconds(f"{name}: detection_delay", detection_delay, allow_none=False)
         check_number(f"{name}: min_count", min_count, integer=True)
         waiter_ttl = check_seconds(f"{name}: waiter_ttl", waiter_ttl, positive=True, allow_none=False)
         check_flag(f"{name}: clean_hosts", clean_hosts)
@@ -547,6 +536,7 @@ class Fleet:
         spec = get_tpu_spec(tpu_type)
         have = sum(self._counts[spec.name].values()) if spec.name in self._counts else 0
         if isinstance(n, int) and not isinstance(n, bool) and have + n > MAX_FLEET_SLICES:
+            # before check_number, which calls an int past a float's range not finite: this says what is allowed
             asked = f"{have + n:,}" if n < 10**30 else show_number(n)  # f"{10**5000:,}" raises
             raise ValueError(
                 f"{self._fleet_name}: at most {MAX_FLEET_SLICES:,} slices of {spec.name} allowed in a fleet, "

@@ -431,8 +431,9 @@ class HostProcess:
                     if self.proc.poll() is not None:  # merely ended between two looks
                         return
                     fields = stat_fields(self.proc.pid)  # our unreaped child: the pid is still the guardian's
-                    if (fields is not None and fields[0] in _STOPPED_STATES) or silent >= GUARDIAN_SILENCE_MAX:
-                        self._kill_unresponsive(silent)
+                    state = fields[0] if fields is not None else "?"
+                    if state in _STOPPED_STATES or silent >= GUARDIAN_SILENCE_MAX:
+                        self._kill_unresponsive(silent, state)
                         return
                     wait = min(BEAT_INTERVAL, GUARDIAN_SILENCE_MAX - silent)  # slow, not stopped: look again
                 if not poller.poll(max(1, int(wait * 1000))):
@@ -447,12 +448,11 @@ class HostProcess:
         finally:
             os.close(fd)
 
-    def _kill_unresponsive(self, silent: float) -> None:
-        """The guardian stopped answering: kill its process group and itself (SIGKILL ends a stopped process
-        too); the caller's wait then sees it killed and sweeps the run. The host's outcome says why."""
+    def _kill_unresponsive(self, silent: float, state: str) -> None:
+        """The guardian stopped answering (``state``: its process state, as just read): kill its process
+        group and itself (SIGKILL ends a stopped process too); the caller's wait then sees it killed and
+        sweeps the run. The host's outcome says why."""
         assert self.proc is not None
-        fields = stat_fields(self.proc.pid)  # our unreaped child: the pid is still the guardian's
-        state = fields[0] if fields is not None else "?"
         how = {"T": "stopped by a stop signal", "t": "stopped by a debugger", "D": "in uninterruptible sleep"}.get(
             state, f"process state {state}"
         )

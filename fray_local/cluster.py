@@ -35,16 +35,16 @@ from fray_core._scratch import scratch_dir
 from fray_core.cluster import check_spec_keys
 from fray_core.errors import FrayError, RecordError
 from fray_core.joblog import LogSink
-from fray_core.limits import check_flag, check_path
+from fray_core.limits import check_flag, check_number, check_path
 from fray_core.records import JobStore, owner_info, pid_alive
-from fray_core.request import GpuConfig, JobRequest
+from fray_core.request import GpuConfig, JobRequest, TpuConfig
 from fray_core.runner import RetryPolicy
 from fray_core.status import JobId, JobInfo, JobStatus, summarize_request
 from fray_core.supervisor import RecordCluster, Supervisor, check_picklable, launch_error
 from fray_local import _gpu
 from fray_local._detached import SYS_PATH_ENV
 from fray_local.fleet import TpuFleet, parse_fleet
-from fray_local.provider import LocalSliceProvider
+from fray_local.provider import HostBudget, LocalSliceProvider
 
 if TYPE_CHECKING:
     from fray_core.context import JobContext
@@ -96,6 +96,84 @@ def _check_policy(field: str, value: Any) -> None:
         raise TypeError(f"{field}: expected a RetryPolicy(...) or None (DEFAULT_LOCAL_POLICY), got {value!r}")
 
 
+# Memory the local backend allows each host process when it bounds a job's hosts (``default_max_hosts``): a
+# CPU replica's guardian and worker measured ~17 MiB PSS together (bench/NOTES.md, 2026-12-07), twice that for
+# what the job's own code loads. Not a reservation: a job that loads more is not refused for it.
+HOST_MEMORY = 32 * 2**20
+MAX_HOSTS_SPEC = "max_hosts"  # the cluster spec's option: local?max_hosts=N
+
+
+def default_max_hosts() -> int:
+    """The most host processes a ``LocalCluster``'s jobs run at once on this machine: its memory at
+    :data:`HOST_MEMORY` a host, and a quarter of its process limits (the kernel's ``pid_max`` and this
+    user's ``RLIMIT_NPROC``: each host is a guardian, a worker and whatever the job forks), at least 1.
+
+    A cluster-sized request run on a laptop (``v4-2048`` x 4 is 1,024 hosts; ``fray sim --slices 10000``
+    20,000) forked until memory or pids ran out, then retried every host that could not start as a
+    preemption. ``LocalCluster(max_hosts=N)`` (or ``local?max_hosts=N``) sets another bound.
+
+    >>> default_max_hosts() >= 1
+    True
+    """
+    bounds = []
+    try:
+        bounds.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // HOST_MEMORY)
+    except (ValueError, OSError):
+        pass
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            bounds.append(int(f.read()) // 4)
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if soft != resource.RLIM_INFINITY:
+            bounds.append(soft // 4)
+    except (ImportError, OSError, ValueError):
+        pass
+    return max(1, min(bounds)) if bounds else 4096
+
+
+def job_hosts(request: JobRequest) -> int:
+    """The fewest host processes ``request`` runs at once: its fewest slices' hosts, or its replicas."""
+    res = request.resources
+    fewest = min(res.replica_counts)
+    dev = res.device
+    return fewest * dev.hosts if isinstance(dev, TpuConfig) else fewest
+
+
+def check_max_hosts(request: JobRequest, max_hosts: int, field: str = "LocalCluster(max_hosts=...)") -> None:
+    """Refuse, in the caller, a job that starts more host processes at once than ``max_hosts``, naming the
+    request's shape, the bound and how to change it."""
+    hosts = job_hosts(request)
+    if hosts <= max_hosts:
+        return
+    res = request.resources
+    dev = res.device
+    fewest = min(res.replica_counts)
+    if isinstance(dev, TpuConfig):
+        shape = f"{fewest:,} x {dev.type} ({dev.hosts:,} host{'s' if dev.hosts != 1 else ''} a slice)"
+        field_name, counts = "ResourceConfig.replicas (slices)", res.replica_counts
+        lower = "fewer slices or a smaller TPU type"
+        if len(counts) > 1:
+            shape = f"at least {shape}"
+    else:
+        shape = f"{fewest:,} replicas"
+        field_name, lower = "ResourceConfig.replicas", "fewer replicas"
+    raise ValueError(
+        f"launch: {field_name}: {shape} is {hosts:,} host processes at once; the local backend runs at most "
+        f"{max_hosts:,} at once on this machine; ask for {lower}, or raise the bound with {field}"
+    )
+
+
+def _check_max_hosts(field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    return int(check_number(field, value, minimum=1, integer=True))
+
+
 def _jobs_dir(field: str, value: Any) -> str | None:
     """A jobs dir given as a path, a ``pathlib.Path`` or an fsspec URL (a str), or None (the default)."""
     return check_path(field, value, what="a directory path or URL")
@@ -108,6 +186,7 @@ class LocalClusterConfig:
     - ``log_to``: where ``monitor`` shows the job's output by default: ``"stdout"`` (Fray's default) or
       ``"logging"`` (marin's: ``[replica-N] line`` through Python logging, see ``LoggingMonitorView``).
     - ``use_isolated_env``: marin's per-job venv; only ``False`` is supported (jobs use this Python).
+    - ``max_hosts``: the most host processes the cluster's jobs run at once (default :func:`default_max_hosts`).
 
     >>> LocalCluster(LocalClusterConfig(log_to="logging")).log_to
     'logging'
@@ -123,6 +202,9 @@ class LocalClusterConfig:
     log_to: str = attrs.field(default="stdout")
     use_isolated_env: bool = attrs.field(
         default=False, validator=lambda _i, _a, v: check_flag("LocalClusterConfig.use_isolated_env", v)
+    )
+    max_hosts: int | None = attrs.field(
+        default=None, converter=lambda v: _check_max_hosts("LocalClusterConfig.max_hosts", v)
     )
 
     @log_to.validator
@@ -146,6 +228,10 @@ class LocalCluster(RecordCluster):
     - ``jobs_dir``: where job records and logs go (any fsspec URL; default ``$FRAY_JOBS_DIR`` or
       ``~/.cache/fray/jobs``). Another ``LocalCluster`` (or process) with the same dir sees the jobs.
     - ``retry_policy``: backoff and deadlines of the shared runner.
+    - ``max_hosts``: the most host processes this cluster's jobs run at once, together (default
+      :func:`default_max_hosts`: this machine's memory and process limits). A job that needs more on its own
+      is refused at ``launch``; jobs that fit wait in line for their hosts (PENDING, saying so), first come,
+      first served, as for a fleet's slices.
     """
 
     session_transport = "unix"  # held sessions (Cluster.hold): every host runs on this machine
@@ -156,6 +242,7 @@ class LocalCluster(RecordCluster):
         jobs_dir: str | None = None,
         retry_policy: RetryPolicy | None = None,
         config: LocalClusterConfig | None = None,
+        max_hosts: int | None = None,
     ) -> None:
         if isinstance(fleet, LocalClusterConfig):  # marin's LocalCluster(LocalClusterConfig(...))
             fleet, config = None, fleet
@@ -166,9 +253,14 @@ class LocalCluster(RecordCluster):
         _check_fleet("LocalCluster.fleet", fleet)
         jobs_dir = _jobs_dir("LocalCluster.jobs_dir", jobs_dir)
         _check_policy("LocalCluster.retry_policy", retry_policy)
+        max_hosts = _check_max_hosts("LocalCluster.max_hosts", max_hosts)
         if config is not None:
             fleet, jobs_dir = fleet or config.fleet, jobs_dir or config.jobs_dir
             retry_policy = retry_policy or config.retry_policy
+            max_hosts = max_hosts or config.max_hosts
+        self._max_hosts_given = max_hosts  # passed on to a detached supervisor (launch_detached)
+        self.max_hosts = max_hosts or default_max_hosts()
+        self._budget = HostBudget(self.max_hosts)  # every job's hosts at once, together
         self.log_to = config.log_to if config is not None else "stdout"
         self.fleet = fleet if fleet is not None else TpuFleet(on_demand=True)
         self.store = JobStore(jobs_dir)
@@ -192,6 +284,7 @@ class LocalCluster(RecordCluster):
             raise TypeError(f"launch: expected a JobRequest, got {request!r}")
         check_picklable(request)
         check_environment(request)
+        check_max_hosts(request, self.max_hosts)
         gpu_devices = None
         if isinstance(request.resources.device, GpuConfig):
             replicas = request.resources.replicas
@@ -221,7 +314,7 @@ class LocalCluster(RecordCluster):
             )
             provider = LocalSliceProvider(
                 self.fleet, job_id, job_dir, log, workspace=env.workspace if env else None, gpu_devices=gpu_devices,
-                submitted_at=info.submitted_at,
+                submitted_at=info.submitted_at, budget=self._budget,
             )  # fmt: skip
             sup = Supervisor(
                 self.store, request, provider, log, info=info, policy=self.policy,
@@ -253,6 +346,7 @@ class LocalCluster(RecordCluster):
         """
         if not isinstance(request, JobRequest):
             raise TypeError(f"launch_detached: expected a JobRequest, got {request!r}")
+        check_max_hosts(request, self.max_hosts)  # here, in the caller, not in the supervisor process
         protocols = self.store.fs.protocol if isinstance(self.store.fs.protocol, tuple) else (self.store.fs.protocol,)
         if "memory" in protocols:
             raise ValueError(
@@ -270,7 +364,7 @@ class LocalCluster(RecordCluster):
         env["FRAY_JOBS_SHARED"] = "1" if self.store.shared else "0"
         env[SYS_PATH_ENV] = json.dumps([os.getcwd()] + [p for p in sys.path if p])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fray_local._detached", self.spec or "local"],
+            [sys.executable, "-m", "fray_local._detached", self._detached_spec()],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # never the caller's: `ID=$(fray launch ...)` must not wait for the job
@@ -296,6 +390,13 @@ class LocalCluster(RecordCluster):
             raise FrayError(f"the job's supervisor process exited (code {proc.wait()}) before launching the job")
         proc.returncode = 0  # detached on purpose: do not warn that it is still running
         return JobId(job_id)
+
+    def _detached_spec(self) -> str:
+        """This cluster's spec for a detached supervisor, with the ``max_hosts`` this object was given."""
+        spec = self.spec or "local"
+        if self._max_hosts_given is None or f"{MAX_HOSTS_SPEC}=" in spec:
+            return spec
+        return f"{spec}{'&' if '?' in spec else '?'}{MAX_HOSTS_SPEC}={self._max_hosts_given}"
 
     def _spool(self) -> str:
         with self._lock:
@@ -416,8 +517,19 @@ class LocalCluster(RecordCluster):
         return LocalJobContext.shared()
 
 
+def max_hosts_of_spec(params: dict[str, str]) -> int | None:
+    """The spec's ``max_hosts`` option (``local?max_hosts=2000``), or ``None`` (the machine's default)."""
+    raw = params.get(MAX_HOSTS_SPEC)
+    if not raw:
+        return None
+    if not raw.isdecimal() or len(raw) > 9 or int(raw) < 1:
+        raise ValueError(f"cluster spec for 'local': {MAX_HOSTS_SPEC}: expected an int >= 1, got {raw!r}")
+    return int(raw)
+
+
 def _from_spec(params: dict[str, str]) -> LocalCluster:
-    """``local``, ``local?tpu=v4-16:2,v5litepod-4:4``, ``local?jobs_dir=/tmp/jobs``."""
-    check_spec_keys(params, ["tpu", "jobs_dir"], "local")
+    """``local``, ``local?tpu=v4-16:2,v5litepod-4:4``, ``local?jobs_dir=/tmp/jobs``, ``local?max_hosts=2000``."""
+    check_spec_keys(params, ["tpu", "jobs_dir", MAX_HOSTS_SPEC], "local")
+    max_hosts = max_hosts_of_spec(params)
     fleet = TpuFleet(parse_fleet(params["tpu"])) if params.get("tpu") else None
-    return LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
+    return LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None, max_hosts=max_hosts)

@@ -15,6 +15,7 @@ import cloudpickle
 
 from fray_core._exits import describe_exit, exit_code_text
 from fray_core._oom import OomWatch, oom_suffix
+from fray_core.errors import Unschedulable
 from fray_core.hostapi import read_heartbeat, write_notice
 from fray_core.provider import (
     Heartbeat,
@@ -27,11 +28,93 @@ from fray_core.provider import (
     SliceProvider,
 )
 from fray_core.request import Entrypoint, ResourceConfig, TpuConfig
+from fray_core.scheduling import FairQueue, held_by, ordinal
 from fray_core.signatures import device_fault
 from fray_local._proc import STACKS, HostProcess, LogSink
 from fray_local.fleet import TpuFleet
 
-__all__ = ["LocalSliceProvider", "LogSink"]
+__all__ = ["HostBudget", "LocalSliceProvider", "LogSink"]
+
+BUDGET_TTL = 5.0  # seconds a job's place in the host budget's line is kept between its runner's rounds (0.2 s)
+
+
+class HostBudget:
+    """The host processes a ``LocalCluster``'s jobs run at once: at most ``max_hosts``. A job's gang waits for
+    its hosts in line (the shared :class:`~fray_core.scheduling.FairQueue`: first come, first served, with
+    backfill), PENDING with the reason, for as long as it takes; the hosts come back when its attempt ends.
+
+    >>> budget = HostBudget(4)
+    >>> budget.take("a", [3], deadline=0.0)
+    3
+    >>> budget.take("b", [2], deadline=0.0)
+    Traceback (most recent call last):
+    ...
+    fray_core.errors.Unschedulable: asked: 2 host processes; 1 of 4 free (LocalCluster.max_hosts)
+    >>> budget.give_back("a", 3); budget.take("b", [2], deadline=0.0)
+    2
+    """
+
+    def __init__(self, max_hosts: int) -> None:
+        self.max_hosts = max_hosts
+        self._cond = threading.Condition()
+        self._held: dict[str, int] = {}  # job id -> its hosts running or about to start
+        self._queue = FairQueue(ttl=BUDGET_TTL)
+
+    @property
+    def used(self) -> int:
+        with self._cond:
+            return sum(self._held.values())
+
+    def take(self, holder: str, counts: Sequence[int], deadline: float, since: float | None = None) -> int:
+        """The largest of ``counts`` (host numbers, largest first) ``holder`` may start now, held until
+        :meth:`give_back`; else it waits in line until ``deadline`` (``time.monotonic``), then raises
+        :class:`~fray_core.errors.Unschedulable` (``held``: the hosts exist, other jobs run them) whose
+        reason is its place in line. ``since``: when the job was submitted (its place in line)."""
+        if min(counts) > self.max_hosts:  # launch refuses such a job; never wait for what cannot come
+            raise Unschedulable(
+                f"asked: {min(counts):,} host processes; LocalCluster.max_hosts is {self.max_hosts:,}", permanent=True
+            )
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                free = self.max_hosts - sum(self._held.values())
+                got = self._queue.admit(holder, counts, free, now, since=since)
+                if got is not None:
+                    self._held[holder] = self._held.get(holder, 0) + got
+                    return got
+                if now >= deadline:
+                    place = self._queue.place(holder, now)
+                    holders = [h for h, _ in sorted(self._held.items(), key=lambda kv: -kv[1])]
+                    need = min(counts)
+                    reason = (
+                        f"queued{': ' + ordinal(place) if place else ''} for {need:,} host processes "
+                        f"(LocalCluster.max_hosts {self.max_hosts:,}); "
+                        + held_by(free, self.max_hosts - free, holders, where="host processes")
+                    )
+                    raise Unschedulable(
+                        f"asked: {need:,} host processes; {free:,} of {self.max_hosts:,} free (LocalCluster.max_hosts)",
+                        held=True,
+                        reason=reason,
+                    )
+                self._cond.wait(max(0.0, min(deadline - now, BUDGET_TTL / 2)))
+
+    def give_back(self, holder: str, hosts: int) -> None:
+        """``holder``'s ``hosts`` ended (or never started): the jobs in line may have them."""
+        if hosts <= 0:
+            return
+        with self._cond:
+            left = self._held.get(holder, 0) - hosts
+            if left > 0:
+                self._held[holder] = left
+            else:
+                self._held.pop(holder, None)
+            self._cond.notify_all()
+
+    def leave(self, holder: str) -> None:
+        """``holder`` stopped waiting (its job ended): the jobs behind it need not wait for its entry to expire."""
+        with self._cond:
+            self._queue.leave(holder)
+            self._cond.notify_all()
 
 
 class LocalSliceProvider(SliceProvider):
@@ -48,8 +131,11 @@ class LocalSliceProvider(SliceProvider):
         workspace: str | None = None,
         gpu_devices: Sequence[Sequence[str]] | None = None,
         submitted_at: float | None = None,
+        budget: HostBudget | None = None,
     ) -> None:
         self.fleet = fleet
+        self.budget = budget  # the cluster's host processes at once (LocalCluster.max_hosts); None: no bound
+        self._budgeted: list[tuple[SliceLease, int]] = []  # leases whose hosts were taken from the budget
         self.job_id = job_id
         self.job_dir = job_dir
         self.log = log
@@ -67,16 +153,42 @@ class LocalSliceProvider(SliceProvider):
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         dev = resources.device
-        if isinstance(dev, TpuConfig):
-            leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
-            return leases
-        n = int(resources.replicas)  # type: ignore[arg-type]  # a list of counts is for TPU slices only
-        return [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
+        per_slice = dev.hosts if isinstance(dev, TpuConfig) else 1
+        if not isinstance(dev, TpuConfig):
+            counts = [int(resources.replicas)]  # type: ignore[arg-type]  # a list of counts is for TPU slices only
+        granted = None
+        if self.budget is not None:
+            # the hosts first (launch made sure the fewest fit the bound), then as many slices as they allow;
+            # what the fleet does not give is given back at once
+            fit = [c for c in counts if c * per_slice <= self.budget.max_hosts] or [min(counts)]
+            granted = self.budget.take(self.job_id, [c * per_slice for c in fit], deadline, self.submitted_at)
+            counts = [c for c in fit if c * per_slice <= granted]
+        try:
+            if isinstance(dev, TpuConfig):
+                leases = self.fleet.acquire(self.job_id, dev.type, counts, deadline, since=self.submitted_at)
+            else:
+                n = counts[0]
+                leases = [SliceLease(name="local", device_type=dev.kind, hosts=n, host_addresses=("127.0.0.1",) * n)]
+        except BaseException:
+            if granted is not None:
+                self.budget.give_back(self.job_id, granted)  # type: ignore[union-attr]
+            raise
+        if granted is not None:
+            used = sum(lease.hosts for lease in leases)
+            self.budget.give_back(self.job_id, granted - used)  # type: ignore[union-attr]
+            with self._cond:
+                self._budgeted.extend((lease, lease.hosts) for lease in leases)
+        return leases
 
     def release(self, leases: list[SliceLease]) -> None:
         for lease in leases:
             if lease.handle is not None:
                 self.fleet.release(lease)
+        if self.budget is not None:
+            with self._cond:  # once per lease, however often it is released
+                back = sum(h for lease, h in self._budgeted if any(lease is x for x in leases))
+                self._budgeted = [(lease, h) for lease, h in self._budgeted if not any(lease is x for x in leases)]
+            self.budget.give_back(self.job_id, back)
 
     def was_preempted(self, lease: SliceLease) -> bool:
         return lease.handle is not None and self.fleet.was_preempted(lease)
@@ -348,6 +460,8 @@ class LocalSliceProvider(SliceProvider):
         at once, so the jobs behind it do not wait for its entry to expire."""
         self.kill_all()
         self.fleet.model.leave_queue(self.job_id)
+        if self.budget is not None:
+            self.budget.leave(self.job_id)
 
     def kill_all(self) -> None:
         for host in list(self._hosts.values()):

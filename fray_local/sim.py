@@ -86,7 +86,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
     """``fray sim``: a multislice job on a simulated fleet with injected faults, attempts shown live."""
     from fray_core.cluster import parse_spec
     from fray_core.request import Entrypoint, JobRequest, ResourceConfig
-    from fray_local.cluster import LocalCluster
+    from fray_local.cluster import (
+        MAX_HOSTS_SPEC,
+        LocalCluster,
+        check_max_hosts,
+        default_max_hosts,
+        max_hosts_of_spec,
+    )
     from fray_local.fleet import TpuFleet
 
     spec = args.cluster or os.environ.get("FRAY_CLUSTER_SPEC") or "local"
@@ -94,8 +100,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if scheme != "local" or "tpu" in params:
         raise UsageError(
             "fray sim makes its own simulated fleet (--tpu/--slices); --cluster may only be "
-            "'local' or 'local?jobs_dir=DIR'"
+            "'local', 'local?jobs_dir=DIR' or 'local?max_hosts=N'"
         )
+    max_hosts = max_hosts_of_spec(params)
     plan, desc = sim_fault_plan(
         args.slices, args.preemptions, args.failures, args.seed, args.chaos, args.steps, args.step_time
     )
@@ -111,10 +118,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         max_retries_preemption=budget,
         max_retries_failure=args.failures,
     )
+    check_max_hosts(request, max_hosts or default_max_hosts(), field=f"--cluster 'local?{MAX_HOSTS_SPEC}=N'")
     check_default_jobs_dir(spec)
     fleet = TpuFleet({args.tpu: args.slices}, fault_plan=plan)
     try:
-        cluster = LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None)
+        cluster = LocalCluster(fleet=fleet, jobs_dir=params.get("jobs_dir") or None, max_hosts=max_hosts)
     except OSError as e:
         fleet.close()
         raise UsageError(

@@ -362,16 +362,18 @@ class FakeTpuCluster:
     ) -> str:
         """Add a fresh slice of ``tpu_type`` (all of its hosts); returns its name.
 
-        ``tries`` (with ``wait``): on a loaded machine a new raylet can die at start-up (its node agent
-        did not answer in time); its nodes are then removed and a fresh slice is tried, up to ``tries``
-        times. ``name``: the slice's name (default a fresh one; a name that was used before is a slice that
+        ``tries``: on a loaded machine a new raylet can die at start-up (its node agent did not answer in
+        time), or not register with the GCS within Ray's own wait (``add_node`` raises "The current node
+        timed out during startup", even without ``wait``: CI 2026-12-07, a bench smoke's cluster start beside
+        100 forking processes); its nodes are then removed and a fresh slice is tried, up to ``tries`` times.
+        ``name``: the slice's name (default a fresh one; a name that was used before is a slice that
         came back on new hardware, as a restarted KubeRay pod keeps its ``TPU_NAME``); ``labels``: with the
         ``ray.io/tpu-*`` labels (default: the cluster's setting)."""
         for left in range(tries - 1, -1, -1):
             try:
                 return self._add_slice(tpu_type, wait, name, self.labels if labels is None else labels)
             except Exception:
-                if left == 0 or not wait:
+                if left == 0:
                     raise
         raise AssertionError("unreachable")
 
@@ -756,7 +758,7 @@ def fake_tpu_cluster(
     try:
         for tpu_type, count in slices.items():
             for _ in range(count):
-                fake.add_slice(tpu_type, wait=False)
+                fake.add_slice(tpu_type, wait=False, tries=3)
         rc.wait_for_nodes(timeout=120)
         threading.Thread(target=fake._replace_dead_hosts, daemon=True, name="fray-fake-watchdog").start()
         fake.cluster = RayCluster(

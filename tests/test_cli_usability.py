@@ -878,6 +878,20 @@ def test_a_retry_budget_above_the_limit_is_one_line_exit_2(jobs: JobStore, capsy
             "argument --max-retries-preemption: expected an int >= 0 (at most 1,000,000), got '2000000'",
         ),
         (
+            ["--slices", "10000"],  # 20,000 real host processes: refused before the fleet is made
+            "launch: ResourceConfig.replicas (slices): 10,000 x v4-16 (2 hosts a slice) is 20,000 host processes at "
+            "once; the local backend runs at most",
+        ),
+        (
+            ["--slices", "8", "--cluster", "local?max_hosts=15"],
+            "is 16 host processes at once; the local backend runs at most 15 at once on this machine; ask for fewer "
+            "slices or a smaller TPU type, or raise the bound with --cluster 'local?max_hosts=N'",
+        ),
+        (
+            ["--cluster", "local?max_hosts=0"],
+            "cluster spec for 'local': max_hosts: expected an int >= 1, got '0'",
+        ),
+        (
             ["--slices", "10000", "--tpu", "v4-4096"],  # refused before 10,000 slices are made
             "ResourceConfig.replicas: 10,000 x v4-4096 is 5,120,000 host processes; at most 100,000 per job",
         ),

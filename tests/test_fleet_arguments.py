@@ -68,7 +68,7 @@ REFUSED: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
     "TpuFleet.detection_delay": (
         lambda: TpuFleet(detection_delay=1e300),
         ValueError,
-        "TpuFleet: detection_delay must be seconds >= 0, got 1e+300 (at most 1e+09)",
+        "TpuFleet: detection_delay: expected a finite number of seconds >= 0 (at most 1e+09), got 1e+300",
     ),
     "Fleet.clock": (
         lambda: Fleet(clock=5),  # type: ignore[arg-type]
@@ -156,6 +156,26 @@ REFUSED: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
         lambda: FaultPlan(DirtyHost(attempt=0)),  # type: ignore[arg-type]
         TypeError,
         "FaultPlan.faults: expected a list of faults, got DirtyHost(attempt=0, slice_index=0, host_index=0)",
+    ),
+    "Fleet.add_slices: n (a str)": (
+        lambda: Fleet({"v4-16": 1}).add_slices("v4-16", "2"),  # type: ignore[arg-type]
+        TypeError,
+        "Fleet: add_slices: n: expected an int >= 0, got '2'",
+    ),
+    "Fleet.add_slices: n (a bool)": (
+        lambda: Fleet().add_slices("v4-16", True),
+        TypeError,
+        "Fleet: add_slices: n: expected an int >= 0, got True",
+    ),
+    "Fleet.add_slices: n (negative)": (
+        lambda: Fleet().add_slices("v4-16", -1),
+        ValueError,
+        "Fleet: add_slices: n: expected an int >= 0, got -1",
+    ),
+    "Fleet.add_slices: n (past the limit, with those it has)": (
+        lambda: Fleet({"v4-16": 3}).add_slices("v4-16", 10_000),
+        ValueError,
+        "Fleet: at most 10,000 slices of v4-16 allowed in a fleet, asked for 10,003",
     ),
     "FaultPlan.seed": (
         lambda: FaultPlan([], seed="7"),  # type: ignore[arg-type]
