@@ -50,6 +50,9 @@ from fray_core.errors import Unschedulable
 from fray_core.limits import (
     MAX_FAULTS,
     MAX_FLEET_SLICES,
+    MAX_HOSTS_PER_JOB,
+    MAX_REPLICAS,
+    MAX_RETRIES,
     check_flag,
     check_name,
     check_number,
@@ -79,15 +82,27 @@ __all__ = [
 # ------------------------------------------------------------------------------------------ fault plan
 
 
+# the largest index each field can name: attempts of a job (1 + both retry budgets), slices of a job, hosts of
+# a job, slices of a type in a fleet
+_FAULT_INDEX_MAX = {
+    "attempt": 2 * MAX_RETRIES,
+    "slice_index": MAX_REPLICAS - 1,
+    "host_index": MAX_HOSTS_PER_JOB - 1,
+    "to": MAX_FLEET_SLICES,
+}
+
+
 def _check_fault(fault: Any) -> None:
     """Every field of a fault, checked when it is made (not when an attempt meets it, far from the caller):
-    indexes and counts are ints >= 0, times are seconds >= 0 (``restore_after`` may be None), ``crash`` a
-    bool, ``message`` a name-like str, ``tpu_type`` a type of the catalog (kept by its catalog name)."""
+    indexes and counts are ints >= 0 up to what a job can have, times are seconds >= 0 (``restore_after`` may
+    be None), ``crash`` a bool, ``message`` a name-like str, ``tpu_type`` a type of the catalog (kept by its
+    catalog name)."""
     for a in attrs.fields(type(fault)):
         value = getattr(fault, a.name)
         field = f"{type(fault).__name__}.{a.name}"
-        if a.name in ("attempt", "slice_index", "host_index", "to"):
-            check_number(field, value, integer=True)
+        if a.name in _FAULT_INDEX_MAX:
+            # bounded by what a job can have: an index past it (a typo, 10**30) names nothing and never fired
+            check_number(field, value, integer=True, maximum=_FAULT_INDEX_MAX[a.name])
         elif a.name in ("after", "restore_after", "duration"):
             check_seconds(field, value, allow_none=a.name == "restore_after")
         elif a.name == "crash":

@@ -177,6 +177,21 @@ REFUSED: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
         ValueError,
         "Fleet: at most 10,000 slices of v4-16 allowed in a fleet, asked for 10,003",
     ),
+    "PreemptSlice.attempt (past every attempt a job can have)": (
+        lambda: PreemptSlice(attempt=10**30),
+        ValueError,
+        "PreemptSlice.attempt: expected an int >= 0 (at most 2,000,000), got an int of 31 digits",
+    ),
+    "FailHost.slice_index (past every slice a job can have)": (
+        lambda: FailHost(attempt=0, slice_index=10_000),
+        ValueError,
+        "FailHost.slice_index: expected an int >= 0 (at most 9999), got 10000",
+    ),
+    "DirtyHost.host_index (past every host a job can have)": (
+        lambda: DirtyHost(attempt=0, host_index=100_000),
+        ValueError,
+        "DirtyHost.host_index: expected an int >= 0 (at most 99999), got 100000",
+    ),
     "FaultPlan.seed": (
         lambda: FaultPlan([], seed="7"),  # type: ignore[arg-type]
         TypeError,
