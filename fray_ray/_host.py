@@ -708,8 +708,11 @@ class _LogPump:
             dropped, self._dropped = self._dropped, 0
         if dropped:
             lines.insert(0, f"[fray] {dropped} line(s) of this host dropped: the job's supervisor could not keep up")
-        if lines:
-            self._last_send = self.supervisor.append_log.remote(self.job_id, self.tag, lines)
+        if lines or last:
+            # the last batch (lines or none) says the host is ending: close() waits for it, so the supervisor
+            # knows before this task's reply is sent, and never cancels a task whose reply is on its way
+            # (RaySliceProvider._cancel_unfinished)
+            self._last_send = self.supervisor.append_log.remote(self.job_id, self.tag, lines, last)
 
     def close(self) -> None:
         import ray

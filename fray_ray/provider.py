@@ -352,6 +352,7 @@ class RaySliceProvider(SliceProvider):
         self._hosts_submitted = 0
         self._hosts_ended_clean = 0
         self._reported_in: dict[str, HostProcess | None] = {}  # the hosts whose process has started, by tag
+        self._ending: set[str] = set()  # the hosts whose user code is done: their task returns by itself
         self._job_label: dict[str, str] = {}  # the node label the job's TPU slices must carry
         self._last_health = 0.0
         self._released: set[str] = set()  # ids of the groups this job released, until its next acquire saw them gone
@@ -888,7 +889,7 @@ class RaySliceProvider(SliceProvider):
                 runs.append(self._start_host(lease, pg, spec, entry, is_tpu))
         except BaseException:
             # all or nothing (see SliceProvider.start): the host tasks already submitted must not run on
-            _cancel_unfinished([r.handle.ref for r in runs])
+            self._cancel_unfinished(runs)
             raise
         return runs
 
@@ -1194,7 +1195,7 @@ class RaySliceProvider(SliceProvider):
             lost = run.lease.handle[0].lost if run.lease.handle is not None else None
             if lost is not None and not run.handle.reported:
                 run.handle.reported = True
-                _cancel_unfinished([run.handle.ref])  # it may still wait for a node that is gone
+                self._cancel_unfinished([run])  # it may still wait for a node that is gone
                 out.append(HostOutcome(run, HostOutcomeKind.PREEMPTED, error=f"SliceLost: {lost}"))
         return out
 
@@ -1331,7 +1332,34 @@ class RaySliceProvider(SliceProvider):
             stopping = self._sigterm(live)
             if stopping:
                 ray.wait([r.handle.ref for r in stopping], num_returns=len(stopping), timeout=grace, fetch_local=False)
-        _cancel_unfinished([r.handle.ref for r in live])
+        self._cancel_unfinished(live)
+
+    def mark_ending(self, tag: str) -> None:
+        """A host's user code is done and its task is returning (its last log batch, which the host waits
+        for before it returns, says so): :meth:`_cancel_unfinished` leaves its task alone."""
+        self._ending.add(tag)
+
+    def _cancel_unfinished(self, runs: Sequence[HostRun]) -> None:
+        """``ray.cancel(force=True)`` the host tasks of ``runs`` that have not finished and are not ending.
+
+        A cancel that races with the task's own reply crashes the owner, here the supervisor process with
+        every job it runs (Ray 2.60's RAY_CHECK "Tried to complete task that was not pending" in
+        task_manager.cc; ray-project/ray#54798 fixed the retry path of that race, not this one). Seen twice
+        on the emulated cluster: an elastic resize, and CI 2026-12-07 (levanter's preemption test: host 1
+        returned while host 0's TimeoutError ended the attempt, and the cancel of host 1 met its reply).
+        Asking Ray first (``ray.wait``) left the instant while the reply is on its way; a host that is
+        ending has told the supervisor so before its reply is sent (:meth:`mark_ending`) and is left to
+        return. What is left is a host task that fails before its log pump exists (a runtime_env or
+        worker-start failure), which does not race with a user's quick return."""
+        refs = [r.handle.ref for r in runs if r.handle.tag not in self._ending]
+        if not refs:
+            return
+        _, unfinished = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        for ref in unfinished:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass  # finished meanwhile
 
     def _sigterm(self, runs: list[HostRun]) -> list[HostRun]:
         """Send SIGTERM to the processes of the ``runs`` that reported in, each by a task pinned to its
@@ -1348,22 +1376,6 @@ class RaySliceProvider(SliceProvider):
             ).remote(process, signal.SIGTERM)
             out.append(r)
         return out
-
-
-def _cancel_unfinished(refs: Sequence[Any]) -> None:
-    """``ray.cancel(force=True)`` the tasks of ``refs`` that have not finished, never a finished one. A
-    cancel that races with the task's own reply crashes the owner, here the job's supervisor (Ray's
-    RAY_CHECK "Tried to complete task that was not pending", seen in an elastic resize on the emulated
-    cluster; ray-project/ray#54527 fixed one path of that race): a host that ended on its SIGTERM has
-    nothing to cancel, and asking first leaves only the instant between the look and the cancel."""
-    if not refs:
-        return
-    _, unfinished = ray.wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
-    for ref in unfinished:
-        try:
-            ray.cancel(ref, force=True)
-        except Exception:
-            pass  # finished meanwhile
 
 
 #: Ray's defaults for the GCS's node health checks (ray_config_def.h): period, timeout (ms), failure threshold.

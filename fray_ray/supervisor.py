@@ -597,7 +597,9 @@ class JobSupervisor:
         if job is not None and job.provider is not None:
             job.provider.mark_started(tag, process)
 
-    def append_log(self, job_id: str, tag: str, lines: list[str]) -> None:
+    def append_log(self, job_id: str, tag: str, lines: list[str], ending: bool = False) -> None:
+        """A batch of a host's output lines; ``ending``: its last, sent once the user's code is done and
+        waited for by the host before its task returns (see ``RaySliceProvider.mark_ending``)."""
         job = self.jobs.get(job_id)
         if job is None or job.log is None:
             return  # the job ended: its log is closed
@@ -605,6 +607,8 @@ class JobSupervisor:
             job.log.write(tag, line)
         if job.provider is not None:
             job.provider.saw_log(tag, lines)  # a stalled host's stacks arriving (see RaySliceProvider.dump_stacks)
+            if ending:
+                job.provider.mark_ending(tag)
 
     @ray.method(concurrency_group=NOTICE_GROUP)
     def notice_board(self, epoch: int) -> tuple[dict[str, float], list[Any]]:

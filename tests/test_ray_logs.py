@@ -109,12 +109,14 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     from fray_ray import _host
 
     sent: list[list[str]] = []
+    endings: list[bool] = []
 
     class Stuck:
         class append_log:  # noqa: N801 (Ray's method-handle shape)
             @staticmethod
-            def remote(job_id: str, tag: str, lines: list[str]) -> Any:
+            def remote(job_id: str, tag: str, lines: list[str], ending: bool = False) -> Any:
                 sent.append(lines)
+                endings.append(ending)
                 return object()
 
     monkeypatch.setattr(_host, "LOG_PENDING_MAX", 50)
@@ -134,6 +136,10 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     pump._flush(last=True)
     assert sent[-1][0] == "[fray] 140 line(s) of this host dropped: the job's supervisor could not keep up"
     assert sent[-1][1:] == [f"line {i}" for i in range(150, 200)]
+    assert endings == [False, True]  # the last batch says the host is ending (RaySliceProvider.mark_ending)
+    pump._pending, pump._dropped = [], 0
+    pump._flush(last=True)  # with nothing left to send, the host still says it is ending
+    assert sent[-1] == [] and endings[-1] is True
 
 
 def test_frays_own_actors_record_no_task_events() -> None:
