@@ -136,28 +136,19 @@ def default_max_hosts() -> int:
     return max(1, min(bounds)) if bounds else 4096
 
 
-def job_hosts(request: JobRequest) -> int:
-    """The fewest host processes ``request`` runs at once: its fewest slices' hosts, or its replicas."""
-    res = request.resources
-    fewest = min(res.replica_counts)
-    dev = res.device
-    return fewest * dev.hosts if isinstance(dev, TpuConfig) else fewest
-
-
 def check_max_hosts(request: JobRequest, max_hosts: int, field: str = "LocalCluster(max_hosts=...)") -> None:
     """Refuse, in the caller, a job that starts more host processes at once than ``max_hosts``, naming the
-    request's shape, the bound and how to change it."""
-    hosts = job_hosts(request)
-    if hosts <= max_hosts:
-        return
+    request's shape, the bound and how to change it. A job is checked by its fewest slices (or replicas)."""
     res = request.resources
     dev = res.device
     fewest = min(res.replica_counts)
+    hosts = fewest * dev.hosts if isinstance(dev, TpuConfig) else fewest
+    if hosts <= max_hosts:
+        return
     if isinstance(dev, TpuConfig):
         shape = f"{fewest:,} x {dev.type} ({dev.hosts:,} host{'s' if dev.hosts != 1 else ''} a slice)"
-        field_name, counts = "ResourceConfig.replicas (slices)", res.replica_counts
-        lower = "fewer slices or a smaller TPU type"
-        if len(counts) > 1:
+        field_name, lower = "ResourceConfig.replicas (slices)", "fewer slices or a smaller TPU type"
+        if len(res.replica_counts) > 1:
             shape = f"at least {shape}"
     else:
         shape = f"{fewest:,} replicas"

@@ -135,7 +135,7 @@ class LocalSliceProvider(SliceProvider):
     ) -> None:
         self.fleet = fleet
         self.budget = budget  # the cluster's host processes at once (LocalCluster.max_hosts); None: no bound
-        self._budgeted: list[tuple[SliceLease, int]] = []  # leases whose hosts were taken from the budget
+        self._budgeted: list[SliceLease] = []  # leases whose hosts were taken from the budget, until released
         self.job_id = job_id
         self.job_dir = job_dir
         self.log = log
@@ -177,7 +177,7 @@ class LocalSliceProvider(SliceProvider):
             used = sum(lease.hosts for lease in leases)
             self.budget.give_back(self.job_id, granted - used)  # type: ignore[union-attr]
             with self._cond:
-                self._budgeted.extend((lease, lease.hosts) for lease in leases)
+                self._budgeted.extend(leases)
         return leases
 
     def release(self, leases: list[SliceLease]) -> None:
@@ -186,8 +186,8 @@ class LocalSliceProvider(SliceProvider):
                 self.fleet.release(lease)
         if self.budget is not None:
             with self._cond:  # once per lease, however often it is released
-                back = sum(h for lease, h in self._budgeted if any(lease is x for x in leases))
-                self._budgeted = [(lease, h) for lease, h in self._budgeted if not any(lease is x for x in leases)]
+                back = sum(lease.hosts for lease in self._budgeted if any(lease is x for x in leases))
+                self._budgeted = [lease for lease in self._budgeted if not any(lease is x for x in leases)]
             self.budget.give_back(self.job_id, back)
 
     def was_preempted(self, lease: SliceLease) -> bool:
