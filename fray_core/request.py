@@ -358,9 +358,9 @@ class ResourceConfig:
             what = "slices per TPU job" if isinstance(self.device, TpuConfig) else "processes per job"
             shown = f"{largest:,}" if largest < 10**30 else show_number(largest)
             raise ValueError(f"ResourceConfig.replicas: at most {MAX_REPLICAS:,} {what} allowed, got {shown}")
-        if isinstance(self.device, TpuConfig) and largest * self.device.hosts > MAX_HOSTS_PER_JOB:
+        if isinstance(self.device, TpuConfig) and largest * self.hosts_per_replica > MAX_HOSTS_PER_JOB:
             raise ValueError(
-                f"ResourceConfig.replicas: {largest:,} x {self.device.type} is {largest * self.device.hosts:,} "
+                f"ResourceConfig.replicas: {largest:,} x {self.device.type} is {largest * self.hosts_per_replica:,} "
                 f"host processes; at most {MAX_HOSTS_PER_JOB:,} per job allowed"
             )
 
@@ -383,6 +383,18 @@ class ResourceConfig:
         """Acceptable counts, largest first: ``replicas=[1, 2]`` gives ``(2, 1)``."""
         counts = self.replicas if isinstance(self.replicas, tuple) else (self.replicas,)
         return tuple(sorted(set(counts), reverse=True))
+
+    @property
+    def hosts_per_replica(self) -> int:
+        """Host processes one replica runs: a TPU slice's hosts, else 1 (a job runs ``count * hosts_per_replica``
+        for each of its ``replica_counts``).
+
+        >>> ResourceConfig(device=TpuConfig(type="v4-32"), replicas=[1, 2]).hosts_per_replica
+        4
+        >>> ResourceConfig(replicas=3).hosts_per_replica
+        1
+        """
+        return self.device.hosts if isinstance(self.device, TpuConfig) else 1
 
     @property
     def ram_bytes(self) -> int:

@@ -142,7 +142,7 @@ def check_max_hosts(request: JobRequest, max_hosts: int, field: str = "LocalClus
     res = request.resources
     dev = res.device
     fewest = min(res.replica_counts)
-    hosts = fewest * dev.hosts if isinstance(dev, TpuConfig) else fewest
+    hosts = fewest * res.hosts_per_replica
     if hosts <= max_hosts:
         return
     if isinstance(dev, TpuConfig):

@@ -153,7 +153,7 @@ class LocalSliceProvider(SliceProvider):
 
     def acquire(self, resources: ResourceConfig, counts: Sequence[int], deadline: float) -> list[SliceLease]:
         dev = resources.device
-        per_slice = dev.hosts if isinstance(dev, TpuConfig) else 1
+        per_slice = resources.hosts_per_replica
         if not isinstance(dev, TpuConfig):
             counts = [int(resources.replicas)]  # type: ignore[arg-type]  # a list of counts is for TPU slices only
         granted = None

@@ -1052,8 +1052,7 @@ def _retire_quietly(actor: Any) -> None:
 def _hosts(request: JobRequest) -> int:
     """The hosts a job runs at most: its share of a supervisor process (``HOSTS_PER_SUPERVISOR``)."""
     res = request.resources
-    per = res.device.hosts if isinstance(res.device, TpuConfig) else 1
-    return max(res.replica_counts) * per
+    return max(res.replica_counts) * res.hosts_per_replica
 
 
 def _close_at_exit(ref: weakref.ref[RayCluster]) -> None:
