@@ -830,8 +830,17 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     os.environ.update(env)
     os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
-    reaper = _Reaper()  # first: if it cannot start, no pump is left on fds 1 and 2
-    pump = _LogPump(tag, config.supervisor, config.job_id)
+    reaper: _Reaper | None = None
+    try:
+        reaper = _Reaper()  # first: if it cannot start, no pump is left on fds 1 and 2
+        pump = _LogPump(tag, config.supervisor, config.job_id)
+    except BaseException:
+        # no pump to say it: this host still says it is ending before its task's (error) reply exists
+        # (RaySliceProvider._cancel_unfinished)
+        if reaper is not None:
+            reaper.finish()
+        _say_ending(config, tag)
+        raise
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
     # see RaySliceProvider.dump_stacks. Left registered at the end: a fresh worker runs this one task, and a
     # reused one registers it again (fd 2 is then the next host's pump)
@@ -893,6 +902,19 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
             _remove_mark()
         reaper.finish()
         pump.close()
+
+
+def _say_ending(config: HostConfig, tag: str) -> None:
+    """Tell the supervisor this host is ending, and wait (bounded) until it knows: what the log pump's last
+    batch does (:meth:`_LogPump.close`), for a host that fails before its pump exists."""
+    if config.supervisor is None:
+        return
+    import ray
+
+    try:
+        ray.get(config.supervisor.append_log.remote(config.job_id, tag, [], True), timeout=10.0)
+    except Exception:  # noqa: BLE001 - the supervisor is gone or slow: the host's own error is what matters
+        pass
 
 
 def _write_mark(token: str) -> None:

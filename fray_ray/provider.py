@@ -1349,8 +1349,9 @@ class RaySliceProvider(SliceProvider):
         returned while host 0's TimeoutError ended the attempt, and the cancel of host 1 met its reply).
         Asking Ray first (``ray.wait``) left the instant while the reply is on its way; a host that is
         ending has told the supervisor so before its reply is sent (:meth:`mark_ending`) and is left to
-        return. What is left is a host task that fails before its log pump exists (a runtime_env or
-        worker-start failure), which does not race with a user's quick return."""
+        return; a host whose reaper or log pump cannot start says it is ending itself (``_host._say_ending``).
+        What is left is a task that fails before its function runs (a runtime_env or worker-start failure),
+        which does not race with a user's quick return."""
         refs = [r.handle.ref for r in runs if r.handle.tag not in self._ending]
         if not refs:
             return

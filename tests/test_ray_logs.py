@@ -142,6 +142,48 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     assert sent[-1] == [] and endings[-1] is True
 
 
+@pytest.mark.parametrize("fails", ["reaper", "pump"])
+def test_a_host_that_fails_before_its_log_pump_exists_still_says_it_is_ending(
+    fails: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor must know a host is ending before its task's reply exists (it never cancels such a task:
+    Ray 2.60's cancel-vs-reply race crashes the supervisor's process). A host whose reaper or log pump cannot
+    start (no fds, no fork) has no last batch to say it: it says so itself, then fails with its own error."""
+    from fray_ray import _host
+
+    calls: list[tuple[str, str, list[str], bool]] = []
+    finished: list[str] = []
+
+    class Supervisor:
+        class append_log:  # noqa: N801 (Ray's method-handle shape)
+            @staticmethod
+            def remote(job_id: str, tag: str, lines: list[str], ending: bool = False) -> Any:
+                calls.append((job_id, tag, lines, ending))
+                return "ref"
+
+    class Reaper:
+        token = "t"
+
+        def finish(self) -> None:
+            finished.append(self.token)
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: None)  # the call's reply: no cluster needed
+    if fails == "reaper":
+        monkeypatch.setattr(_host, "_Reaper", broken)
+    else:
+        monkeypatch.setattr(_host, "_Reaper", Reaper)
+        monkeypatch.setattr(_host, "_LogPump", broken)
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # _run_host sets it; restored after the test
+    config = _host.HostConfig(sys_path=(), cwd=os.getcwd(), supervisor=Supervisor, job_id="job-1")
+    with pytest.raises(OSError, match="Too many open files"):
+        _host._run_host(b"", {}, "a0 s0/h0", "host 0", config)
+    assert calls == [("job-1", "a0 s0/h0", [], True)]
+    assert finished == ([] if fails == "reaper" else ["t"])  # a reaper that started is told the host is over
+
+
 def test_frays_own_actors_record_no_task_events() -> None:
     from fray_ray.cluster import _Supervisor
     from fray_ray.scheduler import _SchedulerActor
