@@ -118,7 +118,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         max_retries_preemption=budget,
         max_retries_failure=args.failures,
     )
-    check_max_hosts(request, max_hosts or default_max_hosts(), field=f"--cluster 'local?{MAX_HOSTS_SPEC}=N'")
+    max_hosts = max_hosts or default_max_hosts()  # computed once: the refusal here and the cluster's bound
+    check_max_hosts(request, max_hosts, field=f"--cluster 'local?{MAX_HOSTS_SPEC}=N'")
     check_default_jobs_dir(spec)
     fleet = TpuFleet({args.tpu: args.slices}, fault_plan=plan)
     try:
