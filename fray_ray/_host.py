@@ -830,15 +830,17 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
     os.environ.update(env)
     os.environ.update(own)
     os.environ["PYTHONUNBUFFERED"] = "1"
-    reaper: _Reaper | None = None
+    # Neither can start (no fds, no fork): no pump says the host is ending, so it says so itself before its
+    # task's error reply exists (RaySliceProvider._cancel_unfinished)
     try:
         reaper = _Reaper()  # first: if it cannot start, no pump is left on fds 1 and 2
+    except BaseException:
+        _say_ending(config, tag)
+        raise
+    try:
         pump = _LogPump(tag, config.supervisor, config.job_id)
     except BaseException:
-        # no pump to say it: this host still says it is ending before its task's (error) reply exists
-        # (RaySliceProvider._cancel_unfinished)
-        if reaper is not None:
-            reaper.finish()
+        reaper.finish()
         _say_ending(config, tag)
         raise
     # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
