@@ -111,8 +111,9 @@ try:
     seen = []  # the waiter's states as they changed, for a failure to say
     # (the slice may still be seen held by the job before, with chatty first in line: until chatty has it)
     while True:
-        w = cluster.poll(waiter)
-        now = [w.status.value, w.pending_reason, w.progress]
+        w, c = cluster.poll(waiter), cluster.poll(job)
+        # chatty's state beside the waiter's: once the waiter went before chatty (CI 2026-12-07 22:23)
+        now = [w.status.value, w.pending_reason, w.progress, c.status.value, c.pending_reason, c.progress]
         if not seen or seen[-1][1:] != now:
             seen.append([round(time.monotonic() - queued_at, 1), *now])
         if "held by chatty" in (w.pending_reason or "") or time.monotonic() > end:
@@ -219,11 +220,9 @@ def test_a_job_from_a_client_that_shares_nothing_but_the_address_runs_its_own_co
     assert code == 0 and "STOPPED" in said, said
     assert got["FINAL"] == "STOPPED"
     queued = json.loads(got["QUEUED"])
-    assert (queued or "").startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), (
-        queued,
-        got["QUEUED_INFO"],
-        got["QUEUED_SEEN"],
-        out.stderr[-3000:],
+    # one string, so pytest shows all of it (a tuple's repr is cut: CI 2026-12-07 22:23 lost the states)
+    assert (queued or "").startswith("queued: 1st for 1 x v4-8; cluster: 0 free, 1 held by chatty"), "\n".join(
+        [repr(queued), "info:", got["QUEUED_INFO"], "seen:", got["QUEUED_SEEN"], "stderr:", out.stderr[-3000:]]
     )
     status, error, took, data, queued_for, same_owner = json.loads(got["WAITER"])
     assert status == "SUCCEEDED" and took < 30, (status, error, took)  # went once the slice was free
