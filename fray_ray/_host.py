@@ -76,6 +76,8 @@ HOST_TOKEN_ENV = "FRAY_HOST_TOKEN"
 _TAIL_LINES = 20
 LOG_SEND_INTERVAL = 0.2  # seconds between a host's log batches: at most 5 calls a second to the supervisor
 LOG_PENDING_MAX = 20_000  # lines a host keeps while the supervisor is behind; older ones are dropped (counted)
+# seconds a host waits for its last batch (which says it is ending) to reach the supervisor before its task returns
+LAST_BATCH_WAIT = 10.0
 # Sent to a host's worker process: write the Python stacks of all its threads to the host's log (a stall).
 STACKS_SIGNAL: int = (signal.SIGRTMIN + 4) if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 _GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
@@ -726,7 +728,7 @@ class _LogPump:
         self._flush(last=True)
         if self._last_send is not None:
             try:
-                ray.get(self._last_send, timeout=10.0)
+                ray.get(self._last_send, timeout=LAST_BATCH_WAIT)
             except Exception:
                 pass  # the supervisor is gone or slow: the log is best effort, the result is not
         # the reader done, the saved fds go (a reused worker would leak two a task); a reader still writing to
@@ -914,7 +916,7 @@ def _say_ending(config: HostConfig, tag: str) -> None:
     import ray
 
     try:
-        ray.get(config.supervisor.append_log.remote(config.job_id, tag, [], True), timeout=10.0)
+        ray.get(config.supervisor.append_log.remote(config.job_id, tag, [], True), timeout=LAST_BATCH_WAIT)
     except Exception:  # noqa: BLE001 - the supervisor is gone or slow: the host's own error is what matters
         pass
 
