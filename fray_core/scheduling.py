@@ -52,8 +52,10 @@ class FairQueue:
 
     Order is arrival in line, unless a holder says when it came (``since``, e.g. its job's submission
     time): a newcomer with ``since`` goes ahead of the waiters at the back of the line that came later by
-    their own ``since`` (never past one without). So two jobs whose requests reach the queue in the other
-    order than they were submitted (on Ray, each job's supervisor starts on its own) keep their order.
+    their own ``since`` (never past one without, nor past one admitted with ``keep``: it is claiming what
+    it was given, and two holders admitted to the same slices would race for them). So two jobs whose
+    requests reach the queue in the other order than they were submitted (on Ray, each job's supervisor
+    starts on its own) keep their order.
 
     >>> q = FairQueue(ttl=5.0)
     >>> q.admit("big", [4], free=1, now=0.0) is None
@@ -81,14 +83,15 @@ class FairQueue:
     def __len__(self) -> int:
         return len(self._waiters)
 
-    def join(self, holder: str, need: int, now: float, since: float | None = None) -> None:
+    def join(self, holder: str, need: int, now: float, since: float | None = None, admitted: bool = False) -> None:
         """Wait in line for ``need`` slices (or renew the entry: same place, new ``need``) until
-        ``now + ttl``; ``since``: when the holder came (see the class doc)."""
+        ``now + ttl``; ``since``: when the holder came (see the class doc); ``admitted``: it was given
+        ``need`` slices and keeps its place while it claims them (no newcomer passes it)."""
         expires = now + self.ttl
         w = self._waiters.get(holder)
         if w is None:
             passed = self._came_later(since)
-            self._waiters[holder] = _Waiter(need, expires, since)
+            self._waiters[holder] = _Waiter(need, expires, since, admitted)
             self._total += need
             if passed:  # rare (requests reaching the queue out of order): rebuild the line, O(its length)
                 items = list(self._waiters.items())
@@ -96,7 +99,7 @@ class FairQueue:
                 self._waiters = dict(items)
         else:
             self._total += need - w.need
-            w.need, w.expires = need, expires
+            w.need, w.expires, w.admitted = need, expires, admitted
         self._next_expiry = min(self._next_expiry, expires)
 
     def _came_later(self, since: float | None) -> list[_Waiter]:
@@ -104,7 +107,7 @@ class FairQueue:
         out: list[_Waiter] = []
         if since is not None:
             for w in reversed(self._waiters.values()):
-                if w.since is None or w.since <= since:
+                if w.since is None or w.since <= since or w.admitted:
                     break
                 out.append(w)
         return out
@@ -161,7 +164,7 @@ class FairQueue:
         for c in counts:
             if avail >= c:
                 if keep:
-                    self.join(holder, c, now, since)
+                    self.join(holder, c, now, since, admitted=True)
                 else:
                     self.leave(holder)
                 return c
@@ -183,14 +186,16 @@ class FairQueue:
 
 
 class _Waiter:
-    """A holder in line: the slices reserved for it, until when its entry is kept, and when it came."""
+    """A holder in line: the slices reserved for it, until when its entry is kept, when it came, and
+    whether it was admitted (kept while it claims)."""
 
-    __slots__ = ("need", "expires", "since")
+    __slots__ = ("need", "expires", "since", "admitted")
 
-    def __init__(self, need: int, expires: float, since: float | None = None) -> None:
+    def __init__(self, need: int, expires: float, since: float | None = None, admitted: bool = False) -> None:
         self.need = need
         self.expires = expires
         self.since = since
+        self.admitted = admitted
 
 
 # ------------------------------------------------------------------------------------------ quarantine

@@ -78,7 +78,7 @@ from fray_ray._host import (
     signal_host,
 )
 from fray_ray._notices import BOARD, board_key
-from fray_ray.scheduler import SchedulerBehind, SchedulerClient, answer_key
+from fray_ray.scheduler import ARRIVAL_WAIT, ArrivalOrder, SchedulerBehind, SchedulerClient, answer_key
 from fray_ray.slices import (
     POD_TYPE_LABEL,
     SLICE_NAME_LABEL,
@@ -301,7 +301,8 @@ class RaySliceProvider(SliceProvider):
     first come, first served across every job of the cluster, quarantined slices excluded. A busy TPU
     device on a host is reported to it (``quarantine``: ``(after, window, for)``, the values the
     scheduler is created with); ``queue_ttl``: how long the job keeps its place without asking again;
-    ``submitted_at``: when the job was submitted, which orders it in line.
+    ``submitted_at``: when the job was submitted, which orders it in line; ``arrivals``: the order of the
+    jobs of its supervisor process (its first question waits for theirs, see ``ArrivalOrder``).
     """
 
     def __init__(
@@ -318,8 +319,11 @@ class RaySliceProvider(SliceProvider):
         scheduler: SchedulerClient | None = None,
         submitted_at: float | None = None,
         log: Callable[[str, str], None] | None = None,
+        arrivals: ArrivalOrder | None = None,
     ) -> None:
         self.job_id = job_id
+        self._arrivals = arrivals  # None once this job asked (or needs no asking): see _take_turn
+        self._turn_until: float | None = None  # until when its first question waits for the jobs before it
         self.log = log  # writes one line of the job log under a host's tag (the supervisor's LogSink.write)
         self._stacks: dict[str, float | None] | None = None  # during dump_stacks: tag -> when its stacks last came
         self._detection: float | None = None  # detection_delay, once the cluster's config was read
@@ -370,7 +374,36 @@ class RaySliceProvider(SliceProvider):
         if isinstance(resources.device, TpuConfig):
             self._job_label = self._tpu_label(resources)
             return self._acquire_tpu(resources.device, counts, deadline, self._job_label)
+        self._passed()  # a gang is placed by Ray alone: no line to take a place in
         return [self._acquire_gang(resources, deadline)]
+
+    def _passed(self) -> None:
+        """This job asked the scheduler (or needs no asking): the jobs that came after it wait for it no more."""
+        if self._arrivals is not None:
+            self._arrivals.passed(self.job_id)
+            self._arrivals = None
+
+    def _take_turn(self, kind: str, counts: Sequence[int], deadline: float) -> Unschedulable | None:
+        """Before its first question, wait (to ``deadline``, this round's end) until the jobs that came to
+        its supervisor process before it had theirs answered (:class:`ArrivalOrder`), at most ``ARRIVAL_WAIT`` in
+        all; ``Unschedulable`` (held, saying for whom it waits) when the round ended first."""
+        if self._arrivals is None:
+            return None
+        now = time.monotonic()
+        if self._turn_until is None:
+            self._turn_until = now + ARRIVAL_WAIT
+        ahead = self._arrivals.wait_turn(self.job_id, max(0.0, min(deadline, self._turn_until) - now))
+        if not ahead:
+            return None  # its turn
+        if time.monotonic() >= self._turn_until:  # waited long enough: those ahead lose their turn
+            self._arrivals.skip_ahead(self.job_id)
+            return None
+        others = f"{len(ahead)} jobs, the first {ahead[0]}," if len(ahead) > 1 else f"job {ahead[0]}"
+        reason = (
+            f"waiting for {others} launched before it to take a place in the cluster's line first "
+            f"(first come, first served; {ARRIVAL_WAIT:.0f} s at most)"
+        )
+        return Unschedulable(f"asked: {'/'.join(map(str, counts))} x {kind}; {reason}", held=True, reason=reason)
 
     def _tpu_label(self, resources: ResourceConfig) -> dict[str, str]:
         """The extra node label a TPU request's slices must carry: the non-preemptible one, or none."""
@@ -398,6 +431,9 @@ class RaySliceProvider(SliceProvider):
         29: a queued job reads nothing itself): its answer (``count``/``exclude`` to claim now, else ``held``/
         ``reason``; both with the pool's ``total``/``free``/``busy`` slice counts and the ``transit`` slices),
         or why the job waits when the scheduler has not answered by ``deadline`` (:class:`SchedulerBehind`)."""
+        waiting = self._take_turn(kind, counts, deadline)
+        if waiting is not None:
+            return waiting
         fresh, self._fresh_view = self._fresh_view, False
         self._in_line = True
         key = (spec_name, tuple(counts))
@@ -421,6 +457,10 @@ class RaySliceProvider(SliceProvider):
             key=key,
             replace=fresh,  # a held call in flight answers what the job had: not what it asks after a release
         )
+        # Judged (or the scheduler is behind): its place is taken, the job after it may ask. Not once the call
+        # is sent: Ray runs an async actor's calls out of order, and a call sent after this one was judged
+        # first (1 run in 3 of test_ray_policy's launch-order test).
+        self._passed()
         held = isinstance(answer, SchedulerBehind) and not answer.error and answer.waited < hold + QUEUE_HOLD_SLACK
         if held and last is not None:  # held, as asked: the answer it has still holds
             return {**last[1], "transit": []}

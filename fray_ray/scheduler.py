@@ -22,12 +22,14 @@ fresh one and jobs go on (:class:`SchedulerClient`).
 
 It is an async actor on one event loop: a call awaits only the cluster's state (a read in a thread, one at
 a time, shared by every call that needs it), and from then on runs to completion, so the queue needs no
-lock.
+lock for its safety. Questions for slices are judged one at a time all the same, in the order they came
+(an asyncio lock, for order): one awaiting a read is never passed by a later one judged on the older copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import re
 import threading
 import time
@@ -43,7 +45,9 @@ from fray_ray.slices import SliceView, head_group_job, members, slice_view
 from fray_ray.view import REFRESH_S, ClusterView, NodeFeed
 
 __all__ = [
+    "ARRIVAL_WAIT",
     "SCHEDULER_NAME",
+    "ArrivalOrder",
     "Scheduler",
     "SchedulerBehind",
     "SchedulerClient",
@@ -77,6 +81,10 @@ MAX_HELD = 256
 # at most CLAIM_KEEP_S (past any read interval: by then a read says the truth).
 CLAIM_SETTLE_S = 1.0
 CLAIM_KEEP_S = 60.0
+# Seconds a job of a supervisor process waits, before its first question to the scheduler, for the jobs that
+# reached the process before it to have theirs answered (ArrivalOrder); a job that made another wait this long
+# loses its turn (it is waited for no more). Past a slow import of the job's module (jax, torch: 3-10 s).
+ARRIVAL_WAIT = 20.0
 
 
 @attrs.frozen
@@ -96,6 +104,106 @@ class SchedulerBehind:
             f"waiting for the cluster's scheduler ({SCHEDULER_NAME}): no answer to this job's request for "
             f"{self.waited:.0f} s (it is behind); the job keeps its place"
         )
+
+
+class ArrivalOrder:
+    """The jobs of one supervisor process ask the scheduler for the first time in the order they came
+    (``queued_at``, their place in the cluster's line), so first come, first served holds for the jobs
+    one client launched back to back: without it, a job launched after another whose start in the process
+    was quicker (the other's module took seconds to import, its thread ran later) asked first, found the
+    slice free and took it (``test_ray_policy``'s launch-order test). The scheduler's line cannot order
+    them itself: it learns of a job only when that job asks.
+
+    A job comes (:meth:`arrived`) when the process takes it, and is done waiting for (:meth:`passed`) once
+    its first question was answered (Ray runs an async actor's calls out of order: one sent first may be
+    judged second), once it needs no scheduler (a CPU job) and when it ends. :meth:`wait_turn`
+    waits, bounded, until no job that came before it is left; a caller that waited long enough makes
+    those left lose their turn (:meth:`skip_ahead`). Cost: O(log n) a job, one wake-up a pass (only the
+    new first job's), whatever the number waiting.
+
+    >>> order = ArrivalOrder()
+    >>> order.arrived("a", 1.0); order.arrived("b", 2.0)
+    >>> order.wait_turn("b", timeout=0.0)     # "a" came first and has not asked
+    ['a']
+    >>> order.passed("a")                     # "a" asked: "b"'s turn
+    >>> order.wait_turn("b", timeout=0.0)
+    []
+    >>> order.arrived("c", 3.0); order.arrived("d", 4.0)
+    >>> order.skip_ahead("d")                 # "b" and "c" were waited for long enough: they lose their turn
+    ['b', 'c']
+    >>> order.ahead("d")
+    []
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, tuple[float, int, threading.Event]] = {}  # job -> (came, seq, its turn)
+        self._heap: list[tuple[float, int, str]] = []  # (came, seq, job), oldest first; passed jobs lazily
+        self._seq = 0
+
+    def arrived(self, job_id: str, at: float) -> None:
+        """``job_id`` came at ``at`` (any clock shared by the process's jobs; ties: the order of the calls)."""
+        with self._lock:
+            if job_id in self._waiting:
+                return
+            self._seq += 1
+            self._waiting[job_id] = (at, self._seq, threading.Event())
+            heapq.heappush(self._heap, (at, self._seq, job_id))
+            self._wake_first()
+
+    def passed(self, job_id: str) -> None:
+        """``job_id`` asked (or needs no asking, or ended): the jobs behind it wait for it no more."""
+        with self._lock:
+            if self._waiting.pop(job_id, None) is not None:
+                self._wake_first()
+
+    def ahead(self, job_id: str) -> list[str]:
+        """The jobs that came before ``job_id`` and have not asked yet, oldest first (O(jobs waiting))."""
+        with self._lock:
+            mine = self._waiting.get(job_id)
+            if mine is None:
+                return []
+            return [j for j, w in sorted(self._waiting.items(), key=lambda kv: kv[1][:2]) if w[:2] < mine[:2]]
+
+    def wait_turn(self, job_id: str, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` seconds until no job that came before ``job_id`` is left to ask; returns
+        those still left then, oldest first (``[]``: its turn)."""
+        end = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._lock:
+                mine = self._waiting.get(job_id)
+                if mine is None or self._first() == job_id:
+                    return []
+                turn = mine[2]
+                turn.clear()
+            left = end - time.monotonic()
+            if left <= 0 or not turn.wait(left):
+                return self.ahead(job_id)
+
+    def skip_ahead(self, job_id: str) -> list[str]:
+        """The jobs that came before ``job_id`` and have not asked yet lose their turn: waited for no more,
+        by anyone (one job stuck before its first question holds up the others once, not each in turn).
+        Returns them."""
+        with self._lock:
+            mine = self._waiting.get(job_id)
+            if mine is None:
+                return []
+            skipped = [j for j, w in self._waiting.items() if w[:2] < mine[:2]]
+            for job in skipped:
+                del self._waiting[job]
+            self._wake_first()
+        return skipped
+
+    def _first(self) -> str | None:
+        # an entry of a job that passed since (or came again: another seq) is dropped here, lazily
+        while self._heap and self._waiting.get(self._heap[0][2], (0.0, -1))[1] != self._heap[0][1]:
+            heapq.heappop(self._heap)
+        return self._heap[0][2] if self._heap else None
+
+    def _wake_first(self) -> None:
+        first = self._first()
+        if first is not None:
+            self._waiting[first][2].set()
 
 
 _JOB_ID_TAIL = re.compile(r"-\d{8}-\d{6}-[0-9a-f]{6}$")
@@ -172,6 +280,10 @@ class Scheduler:
         self._nodes_read = -1  # the number of the node table's copy the last view was made from
         self._node_ids: frozenset[str] = frozenset()  # and the nodes in it
         self._claims: dict[str, tuple[str, float]] = {}  # slice name -> (the job that said it claimed it, when)
+        # Questions for slices are judged one at a time, in the order they came (an asyncio lock is first come,
+        # first served): one that awaits a read of the cluster's state keeps its place, so a question that
+        # came after it is never judged first, on what was free before (see _state_of).
+        self._judging: asyncio.Lock | None = None
 
     async def _state_of(self, kind: str) -> tuple[Any, int]:
         """The cluster's ``kind`` state (numbered, see ``ClusterView.numbered``): the copy when it is fresh
@@ -182,11 +294,15 @@ class Scheduler:
             feed = await self._node_feed()
             if feed is not None:
                 return feed.numbered()
-        age = self._cluster.age(kind)
-        if age < REFRESH_S or (kind not in self._changed and age < self._cluster.interval(kind)):
-            return self._cluster.numbered(kind, max_age=float("inf"))  # the copy, however old: judged above
+        # A read under way is joined, never passed with the older copy: a call that came while an earlier
+        # one awaited a read was judged at once on what was free before, and admitted to the slice the earlier
+        # call's job was first in line for (CI, 2026-12-07/08: a job launched second ran first). The awaiting
+        # calls resume in the order they came, on the newer copy.
         reading = self._reading.get(kind)
         if reading is None:
+            age = self._cluster.age(kind)
+            if age < REFRESH_S or (kind not in self._changed and age < self._cluster.interval(kind)):
+                return self._cluster.numbered(kind, max_age=float("inf"))  # the copy, however old: judged above
             self._changed.discard(kind)  # a change said during this read is read next time
             reading = asyncio.get_running_loop().run_in_executor(None, self._cluster.numbered, kind)
             self._reading[kind] = reading
@@ -318,7 +434,10 @@ class Scheduler:
         try:
             while True:
                 poked = self._poke_event()  # taken before judging: a poke meanwhile ends the wait below at once
-                answer = await self._acquire_pool_once(job_id, tpu_type, label, topology, counts, ttl, since, fresh)
+                if self._judging is None:
+                    self._judging = asyncio.Lock()
+                async with self._judging:  # in the order the questions came (see __init__)
+                    answer = await self._acquire_pool_once(job_id, tpu_type, label, topology, counts, ttl, since, fresh)
                 fresh = False
                 if job_id in self._gone:  # it left while this call was judged: out of line again, for good
                     for q in self._queues.values():

@@ -299,6 +299,7 @@ class _Job:
             scheduler=self.process.scheduler_for(settings),
             submitted_at=self.received_at,
             log=self.log.write,
+            arrivals=self.process.arrivals,
         )
         self.provider.prepare_entry(request.entrypoint)  # pickled while the slices are being reserved
         self.supervisor = Supervisor(
@@ -365,6 +366,10 @@ class JobSupervisor:
         self.hosts = 0  # hosts of the jobs running here
         self.idle_timeout = idle_timeout
         self._lock = threading.Condition()  # guards the above; notified when a job starts or ends
+        from fray_ray.scheduler import ArrivalOrder
+
+        # its jobs ask the cluster's scheduler for the first time in the order they came (launch order)
+        self.arrivals = ArrivalOrder()
         # notified when a job's final record is written (wait_ended): its own, because every job's end wakes
         # every waiter, and a lock held by hundreds of job threads became a convoy under a busy GIL (issue 29)
         self._ended_cv = threading.Condition()
@@ -508,6 +513,7 @@ class JobSupervisor:
             self.taken += 1
             self.hosts += hosts
             job = self.jobs[job_id] = _Job(self, job_id, settings)
+            self.arrivals.arrived(job_id, job.received_at)
             self._lock.notify_all()
         _job_threads().submit(functools.partial(job.begin, request_bytes, settings), name=f"fray-job-{job_id}")
         return True
@@ -551,6 +557,7 @@ class JobSupervisor:
             job = self.jobs.pop(job_id, None)
             if job is None:
                 return
+            self.arrivals.passed(job_id)  # it never asked (it could not start, or ended first)
             if job.code_uri is not None:
                 self.unpin(job.code_uri)  # the lock is re-entrant (a Condition's RLock)
             job.ended.set()

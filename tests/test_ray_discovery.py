@@ -332,6 +332,46 @@ def _one_free_one_held() -> tuple[Any, dict[str, int]]:
     return scheduler, reads
 
 
+def test_a_question_that_came_while_an_earlier_one_awaits_a_read_is_judged_after_it() -> None:
+    """The first job's question found the copy of what is free stale (a job had just left) and awaited a
+    read; the next job's question, sent after it (ArrivalOrder), was judged at once on the older copy, found
+    the slice free and took it: the job launched second ran first (the isolated test's flake, reproduced
+    2026-12-08). Questions are judged in the order they came."""
+    import threading
+
+    scheduler, _ = _one_free_one_held()  # slice b free
+    assert "held" in asyncio.run(scheduler.acquire_pool("other", "v4-16", {}, None, [2], 30.0, 0.0))  # a copy
+    asyncio.run(scheduler.leave("other"))  # something changed: the next question reads again
+    cached = scheduler._cluster._state["available"]
+    # past REFRESH_S, within the kind's interval (a read of 10 ms: 4 s): a question nothing told of a change
+    # is served the copy, the one told (here "early") reads
+    cached.at, cached.took = time.monotonic() - 1.5, 0.01
+    plain, started, go = cached.read, threading.Event(), threading.Event()
+
+    def slow_read() -> Any:
+        started.set()
+        go.wait(30)
+        return plain()
+
+    cached.read = slow_read
+
+    async def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        early = asyncio.ensure_future(scheduler.acquire_pool("early", "v4-16", {}, None, [1], 30.0, 1.0))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)  # its read is under way
+        late = asyncio.ensure_future(scheduler.acquire_pool("late", "v4-16", {}, None, [1], 30.0, 2.0))
+        try:
+            for _ in range(20):  # every step the late question can take without the read
+                await asyncio.sleep(0)
+            assert not late.done(), late.result()  # judged before the question that came first
+        finally:
+            go.set()
+        return await early, await late
+
+    early, late = asyncio.run(both())
+    assert early.get("count") == 1, early
+    assert late["held"] and late["reason"].startswith("queued: 2nd for 1 x v4-16"), late
+
+
 def test_queued_jobs_share_the_schedulers_one_read_of_the_cluster() -> None:
     """Issue 29: a queued job reads nothing from the GCS itself; the scheduler answers every queued job of
     the cluster from one read of the node table and one of the available resources (at most once per

@@ -13,6 +13,8 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import wait_for
 
@@ -157,6 +159,56 @@ def test_a_terminated_queued_job_leaves_the_queue_at_once(ray_tpu_cluster: Any, 
         assert fake.cluster.wait(job, timeout=WAIT).status is JobStatus.SUCCEEDED
 
 
+SLOW_MOD = """
+import os, time
+if os.environ.get("FRAY_TEST_CLIENT") != "1":  # on the cluster (its supervisor): a module as slow as jax to import
+    time.sleep(4)
+def hold(gate):
+    while not os.path.exists(gate):
+        time.sleep(0.05)
+    return os.environ["TPU_NAME"]
+"""
+FAST_MOD = """
+import os
+def slice_name():
+    return os.environ["TPU_NAME"]
+"""
+
+
+def test_jobs_launched_back_to_back_take_their_places_in_line_in_launch_order_though_the_first_starts_slowly(
+    ray_tpu_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two jobs one client launched one after the other, for the same slices: the first one's module takes
+    seconds to import in their supervisor, the second's none, so the second was ready to ask the scheduler
+    first, found the slices free and took them (first come, first served lost: ArrivalOrder). It waits its
+    turn, saying so, and queues behind the first."""
+    import importlib
+    import uuid
+
+    fake = ray_tpu_cluster
+    fake.wait_settled()
+    tag = uuid.uuid4().hex[:8]  # modules of their own: a supervisor of an earlier run imported its own already
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / f"slow_{tag}.py").write_text(SLOW_MOD)
+    (code / f"fast_{tag}.py").write_text(FAST_MOD)
+    monkeypatch.setenv("FRAY_TEST_CLIENT", "1")
+    monkeypatch.syspath_prepend(str(code))
+    slow, fast = importlib.import_module(f"slow_{tag}"), importlib.import_module(f"fast_{tag}")
+    launcher = client(fake)
+    gate = tmp_path / "gate"
+    first = launcher.launch(request("slow-first", slow.hold, slices=2, gate=str(gate)))
+    second = launcher.launch(request("quick-second", fast.slice_name, slices=2))
+    assert launcher.store.read(first)["owner"] == launcher.store.read(second)["owner"]  # one supervisor process
+    reason_of(launcher, second, rf"waiting for job {first} launched before it to take a place in the cluster's .*")
+    reason_of(launcher, second, r"queued: 1st for 2 x v4-16; cluster: 0 free, 2 held by slow-first")
+    assert len(running(launcher, first)) == 2
+    gate.touch()
+    done = {job: launcher.wait(job, timeout=WAIT) for job in (first, second)}
+    assert all(i.status is JobStatus.SUCCEEDED for i in done.values()), {j: i.error for j, i in done.items()}
+    assert done[second].attempts[0].acquired_at > done[first].attempts[0].acquired_at
+
+
 def test_a_host_with_a_busy_device_twice_is_quarantined_and_the_job_finishes_on_the_healthy_slice(
     ray_tpu_cluster: Any, tmp_path: Path
 ) -> None:
@@ -285,6 +337,51 @@ def test_the_scheduler_orders_jobs_by_submission_not_by_whose_supervisor_asks_fi
     assert ask("younger", 2.0).startswith("queued: 2nd ")
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.permutations(range(6)), st.permutations(range(6)))
+def test_the_jobs_of_a_supervisor_ask_in_the_order_they_came_whatever_order_they_get_ready_in(
+    came: list[int], ready: list[int]
+) -> None:
+    """``came``: each job's place in the process's line; ``ready``: the order their threads reach their first
+    question. Each asks in its turn: the order it came."""
+    import threading
+
+    from fray_ray.scheduler import ArrivalOrder
+
+    order = ArrivalOrder()
+    for job in range(6):
+        order.arrived(f"j{job}", float(came[job]))
+    asked: list[int] = []
+
+    def ask(job: int) -> None:
+        assert order.wait_turn(f"j{job}", timeout=30.0) == []  # never waited out: every job asks
+        asked.append(came[job])
+        order.passed(f"j{job}")
+
+    threads = [threading.Thread(target=ask, args=(job,)) for job in ready]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert asked == sorted(came)
+
+
+def test_a_job_stuck_before_its_first_question_holds_up_the_jobs_behind_it_once() -> None:
+    from fray_ray.scheduler import ArrivalOrder
+
+    order = ArrivalOrder()
+    for i, job in enumerate(["stuck", "a", "b"]):
+        order.arrived(job, float(i))
+    assert order.wait_turn("a", timeout=0.05) == ["stuck"] and order.wait_turn("b", timeout=0.0) == ["stuck", "a"]
+    assert order.skip_ahead("a") == ["stuck"]  # "a" waited long enough: "stuck" lost its turn
+    order.passed("a")
+    assert order.ahead("b") == [] and order.wait_turn("b", timeout=0.0) == []  # not waited for again
+    order.passed("stuck")  # it asks at last: nothing to undo
+    order.arrived("c", 0.5)  # a job that came before the rest but reached the process late still goes first
+    order.arrived("d", 9.0)
+    assert order.ahead("d") == ["c", "b"]
+
+
 def worker_identity() -> dict[str, str]:
     return {k: os.environ.get(k, "") for k in ("TPU_NAME", "TPU_WORKER_ID", "FRAY_HOST_ID", "TPU_TOPOLOGY")}
 
@@ -363,7 +460,7 @@ def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice(
     from fray_ray.scheduler import SchedulerBehind, SchedulerClient
 
     class Behind(SchedulerClient):
-        def ask(self, method: str, *args: Any, timeout: float, key: Any = None, replace: bool = False) -> Any:
+        def ask(self, method: str, *args: Any, timeout: float, **kw: Any) -> Any:
             return SchedulerBehind(42.0)
 
         def call(self, method: str, *args: Any, timeout: float = 0.0) -> Any:
@@ -373,6 +470,47 @@ def test_a_queued_job_whose_scheduler_is_behind_says_so_and_takes_no_free_slice(
     got = provider._admit(TPU, TPU, [1], {}, time.monotonic() + 0.1)
     assert isinstance(got, Unschedulable), f"admitted on capacity alone: {got}"
     assert got.held and "no answer to this job's request for 42 s (it is behind)" in (got.reason or ""), got.reason
+
+
+def test_a_job_asks_the_scheduler_only_after_the_jobs_its_supervisor_took_before_it_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The provider's side of ArrivalOrder: until the job that came first asked, the next one waits, held,
+    saying for whom; a job that makes it wait ARRIVAL_WAIT in all loses its turn."""
+    import fray_ray.provider as provider_mod
+    from fray_ray._host import HostConfig
+    from fray_ray.provider import RaySliceProvider
+    from fray_ray.scheduler import ArrivalOrder, SchedulerClient
+
+    asked: list[str] = []
+
+    class Recording(SchedulerClient):
+        def ask(self, method: str, *args: Any, timeout: float, **kw: Any) -> Any:
+            asked.append(args[0])
+            return {"held": True, "reason": "queued: 1st", "total": 1, "free": 0, "busy": 1, "transit": []}
+
+    order = ArrivalOrder()
+    for i, job in enumerate(["first", "second", "stuck", "late"]):
+        order.arrived(job, float(i))
+
+    def provider(job: str) -> RaySliceProvider:
+        return RaySliceProvider(job, HostConfig((), "/", supervisor=None), scheduler=Recording("fray"), arrivals=order)
+
+    second = provider("second")
+    got = second._admit(TPU, TPU, [1], {}, time.monotonic() + 0.05)
+    assert isinstance(got, Unschedulable) and got.held and asked == [], got
+    assert (got.reason or "").startswith("waiting for job first launched before it to take a place in the cluster's"), (
+        got
+    )
+    provider("first")._admit(TPU, TPU, [1], {}, time.monotonic() + 0.05)
+    assert second._admit(TPU, TPU, [1], {}, time.monotonic() + 0.05)["reason"] == "queued: 1st"  # its turn now
+    assert asked == ["first", "second"]
+    monkeypatch.setattr(provider_mod, "ARRIVAL_WAIT", 0.2)
+    late = provider("late")
+    got = late._admit(TPU, TPU, [1], {}, time.monotonic() + 0.05)
+    assert isinstance(got, Unschedulable) and "waiting for job stuck launched" in (got.reason or ""), got
+    assert "held" in late._admit(TPU, TPU, [1], {}, time.monotonic() + 1.0)  # waited 0.2 s in all: "stuck" skipped
+    assert asked[-1] == "late" and order.ahead("late") == []
 
 
 def test_the_cluster_view_is_read_once_for_every_job_of_the_process() -> None:

@@ -40,9 +40,10 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
     needs of every live entry ahead of it (all entries, for a newcomer); it takes its largest such count;
     otherwise it waits at its place (at the back when new) for its largest count; an entry not renewed
     for ttl seconds is gone; leave removes at once. A newcomer that says when it came (``since``) goes
-    ahead of the entries at the back that came later by theirs (never past one that did not say)."""
+    ahead of the entries at the back that came later by theirs (never past one that did not say, nor past
+    one admitted with keep and not waiting since)."""
     q = FairQueue(ttl)
-    model: list[list] = []  # [holder, need, expires, since], oldest first
+    model: list[list] = []  # [holder, need, expires, since, admitted], oldest first
     now = 0.0
     for op in ops:
         if op[0] == "wait":
@@ -56,7 +57,13 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
         _, holder, counts, free, keep, since = op
         names = [e[0] for e in model]
         at = len(model)  # where a newcomer goes
-        while since is not None and at > 0 and model[at - 1][3] is not None and model[at - 1][3] > since:
+        while (
+            since is not None
+            and at > 0
+            and model[at - 1][3] is not None
+            and model[at - 1][3] > since
+            and not model[at - 1][4]
+        ):
             at -= 1
         ahead = model[: names.index(holder)] if holder in names else model[:at]
         avail = free - sum(e[1] for e in ahead)
@@ -68,9 +75,10 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
             for e in model:
                 if e[0] == holder:
                     e[1:3] = [need, now + ttl]  # renewed: same place, same since
+                    e[4] = want is not None
                     break
             else:
-                model.insert(at, [holder, need, now + ttl, since])
+                model.insert(at, [holder, need, now + ttl, since, want is not None])
         else:
             model[:] = [e for e in model if e[0] != holder]
         assert q.members(now) == [e[0] for e in model]
@@ -78,6 +86,20 @@ def test_the_fair_queue_admits_by_the_rule_in_arrival_order_and_forgets_who_stop
             names = [e[0] for e in model]
             assert q.reserved_ahead(h, now) == sum(e[1] for e in (model[: names.index(h)] if h in names else model))
             assert q.place(h, now) == (names.index(h) + 1 if h in names else None)
+
+
+def test_a_holder_that_came_earlier_but_asked_later_does_not_pass_one_already_admitted() -> None:
+    """Admitted with keep, a holder is claiming the slices it was given: one that asks later, though it
+    came earlier by its ``since``, queues behind it rather than being given the same slices (a race for
+    them that one would lose after waiting for its claim)."""
+    q = FairQueue(ttl=30.0)
+    assert q.admit("second", [1], free=1, now=0.0, keep=True, since=2.0) == 1
+    assert q.admit("first", [1], free=1, now=0.1, keep=True, since=1.0) is None
+    assert q.members(0.1) == ["second", "first"]
+    # a waiter that was not admitted is passed, as before
+    assert q.admit("third", [1], free=0, now=0.2, keep=True, since=3.0) is None
+    assert q.admit("early", [1], free=0, now=0.3, keep=True, since=2.5) is None
+    assert q.members(0.3) == ["second", "first", "early", "third"]
 
 
 def test_a_younger_holder_backfills_only_what_no_older_waiter_needs() -> None:
