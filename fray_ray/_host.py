@@ -845,14 +845,15 @@ def _run_host(entry_bytes: bytes, env: dict[str, str], tag: str, where: str, con
         reaper.finish()
         _say_ending(config, tag)
         raise
-    # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump (fd 2):
-    # see RaySliceProvider.dump_stacks. Left registered at the end: a fresh worker runs this one task, and a
-    # reused one registers it again (fd 2 is then the next host's pump)
-    faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
     unbeat: Callable[[], None] | None = None
     is_tpu = "TPU_WORKER_ID" in env
     lockfile = os.environ.get(LOCKFILE_ENV) or LIBTPU_LOCKFILE  # the job's env, else the node's
     try:
+        # a stalled host's stacks, every thread, even one stuck in C code (a hung collective), into the pump
+        # (fd 2): see RaySliceProvider.dump_stacks. Inside the try: if it fails, the pump still says its last
+        # batch and the reaper still ends. Left registered at the end: a fresh worker runs this one task, and
+        # a reused one registers it again (fd 2 is then the next host's pump)
+        faulthandler.register(STACKS_SIGNAL, file=2, all_threads=True)
         if is_tpu and config.clean_lockfile:
             _check_device(lockfile, where)
         payload = cloudpickle.loads(entry_bytes)

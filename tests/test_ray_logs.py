@@ -142,13 +142,14 @@ def test_a_hosts_log_batches_are_one_in_flight_and_bounded(monkeypatch: pytest.M
     assert sent[-1] == [] and endings[-1] is True
 
 
-@pytest.mark.parametrize("fails", ["reaper", "pump"])
+@pytest.mark.parametrize("fails", ["reaper", "pump", "stacks"])
 def test_a_host_that_fails_before_its_log_pump_exists_still_says_it_is_ending(
     fails: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The supervisor must know a host is ending before its task's reply exists (it never cancels such a task:
     Ray 2.60's cancel-vs-reply race crashes the supervisor's process). A host whose reaper or log pump cannot
-    start (no fds, no fork) has no last batch to say it: it says so itself, then fails with its own error."""
+    start (no fds, no fork) has no last batch to say it: it says so itself, then fails with its own error.
+    One that fails just after (``stacks``: the stack dump's signal handler) closes its pump, which says it."""
     from fray_ray import _host
 
     calls: list[tuple[str, str, list[str], bool]] = []
@@ -171,17 +172,30 @@ def test_a_host_that_fails_before_its_log_pump_exists_still_says_it_is_ending(
         raise OSError(24, "Too many open files")
 
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: None)  # the call's reply: no cluster needed
+
+    class Pump:
+        def __init__(self, *_a: Any) -> None:
+            pass
+
+        def close(self) -> None:
+            finished.append("pump")
+
     if fails == "reaper":
         monkeypatch.setattr(_host, "_Reaper", broken)
-    else:
+    elif fails == "pump":
         monkeypatch.setattr(_host, "_Reaper", Reaper)
         monkeypatch.setattr(_host, "_LogPump", broken)
+    else:
+        monkeypatch.setattr(_host, "_Reaper", Reaper)
+        monkeypatch.setattr(_host, "_LogPump", Pump)
+        monkeypatch.setattr(_host.faulthandler, "register", broken)
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # _run_host sets it; restored after the test
     config = _host.HostConfig(sys_path=(), cwd=os.getcwd(), supervisor=Supervisor, job_id="job-1")
     with pytest.raises(OSError, match="Too many open files"):
         _host._run_host(b"", {}, "a0 s0/h0", "host 0", config)
-    assert calls == [("job-1", "a0 s0/h0", [], True)]
-    assert finished == ([] if fails == "reaper" else ["t"])  # a reaper that started is told the host is over
+    # a reaper that started is told the host is over; a pump that started is closed (its last batch says it)
+    assert finished == {"reaper": [], "pump": ["t"], "stacks": ["t", "pump"]}[fails]
+    assert calls == ([] if fails == "stacks" else [("job-1", "a0 s0/h0", [], True)])
 
 
 def test_frays_own_actors_record_no_task_events() -> None:
